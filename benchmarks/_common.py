@@ -1,0 +1,94 @@
+"""Shared helpers of the benchmarks: data loading, timing, memory, writing RESULTS.md."""
+
+from __future__ import annotations
+
+import csv
+import gc
+import os
+import platform
+import random
+import re
+import statistics
+import string
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = ROOT.parent / "shared" / "data"
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+
+
+def traffic_urls() -> tuple[list[str], str]:
+    """Real request URLs from ../shared/data/traffic when present; generated ones otherwise."""
+    kasztp = SHARED_DATA / "traffic" / "kasztp.txt"
+    phish = SHARED_DATA / "traffic" / "malicious_phish_first41980.csv"
+    if kasztp.exists() and phish.exists():
+        urls = [ln.strip().lstrip("\ufeff") for ln in kasztp.read_text("utf-8").splitlines()]
+        with phish.open(encoding="utf-8", newline="") as fh:
+            rows = csv.reader(fh)
+            next(rows)
+            # ~30 URLs contain unquoted commas: the label is the last field.
+            urls += [",".join(row[:-1]) for row in rows if len(row) >= 2]
+        return [u for u in urls if u], "../shared/data/traffic (kasztp + malicious_phish)"
+    return generated_urls(90_000), "generated (../shared/data absent)"
+
+
+def generated_urls(n: int, seed: int = 1) -> list[str]:
+    rnd = random.Random(seed)
+    words = ["".join(rnd.choices(string.ascii_lowercase, k=rnd.randint(3, 9))) for _ in range(5000)]
+    tlds = ["com", "org", "net", "de", "co.uk", "io", "fr"]
+    out = []
+    for _ in range(n):
+        host = ".".join(rnd.choices(words, k=rnd.randint(1, 3))) + "." + rnd.choice(tlds)
+        path = "/".join(rnd.choices(words, k=rnd.randint(0, 4)))
+        url = f"{rnd.choice(['http', 'https'])}://{host}/{path}"
+        if rnd.random() < 0.3:
+            url += f"?{rnd.choice(words)}={rnd.randint(0, 999)}&q={rnd.choice(words)}%20x"
+        out.append(url)
+    return out
+
+
+def median_seconds(fn: Callable[[], object], repeats: int = 5) -> float:
+    """Median wall time of ``fn()`` over ``repeats`` runs (garbage collector off while timing)."""
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        finally:
+            gc.enable()
+    return statistics.median(times)
+
+
+def rss_bytes(pid: int | None = None) -> int:
+    """Resident set size of a process (this one by default), from /proc."""
+    status = Path(f"/proc/{pid or os.getpid()}/status").read_text()
+    match = re.search(r"VmRSS:\s+(\d+) kB", status)
+    return int(match.group(1)) * 1024 if match else 0
+
+
+def machine() -> str:
+    return f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores"
+
+
+def table(header: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
+    header = list(header)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_section(name: str, body: str) -> None:
+    """Replace the ``<!-- name:start -->`` … ``<!-- name:end -->`` section of RESULTS.md."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    text = RESULTS.read_text("utf-8") if RESULTS.exists() else "# Benchmark results\n"
+    block = f"{start}\n{body.strip()}\n{end}"
+    if start in text and end in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    RESULTS.write_text(text, "utf-8")

@@ -1,0 +1,122 @@
+"""Canonicaliser speed: urlsieve vs w3lib, url-normalize and can_ada on the same URLs.
+
+Run: ``python benchmarks/canon.py [--repeats 5] [--write]`` (needs the ``bench`` extra).
+Each contender processes the whole URL list once per repeat; the table shows
+the median ns per URL, the ratio to urlsieve, and how many inputs it refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import contextlib
+
+from benchmarks._common import machine, median_seconds, table, traffic_urls, write_section
+from urlsieve import InvalidURL, canonicalize
+
+
+def _counting(fn: Callable[[str], object]) -> Callable[[list[str]], int]:
+    def run(urls: list[str]) -> int:
+        failures = 0
+        for u in urls:
+            try:
+                fn(u)
+            except Exception:  # peers raise assorted errors on odd input
+                failures += 1
+        return failures
+
+    return run
+
+
+_SCHEMED: dict[int, list[str]] = {}
+
+
+def _with_scheme(urls: list[str]) -> list[str]:
+    key = id(urls)
+    if key not in _SCHEMED:
+        _SCHEMED[key] = [u if "://" in u else "http://" + u for u in urls]
+    return _SCHEMED[key]
+
+
+def _urlsieve_all(urls: list[str]) -> int:
+    failures = 0
+    for u in urls:
+        try:
+            canonicalize(u)
+        except InvalidURL:
+            failures += 1
+    return failures
+
+
+def contenders() -> dict[str, Callable[[list[str]], int]]:
+    out: dict[str, Callable[[list[str]], int]] = {"urlsieve.canonicalize": _urlsieve_all}
+    try:
+        import can_ada
+
+        ada = _counting(can_ada.parse)
+        # can_ada needs a scheme: give it one (outside the timing) so it parses every URL.
+        out["can_ada.parse (WHATWG parse only)"] = lambda urls: ada(_with_scheme(urls))
+    except ImportError:
+        print("can_ada missing: pip install -e '.[bench]'", file=sys.stderr)
+    try:
+        from w3lib.url import canonicalize_url
+
+        out["w3lib.url.canonicalize_url"] = _counting(canonicalize_url)
+    except ImportError:
+        print("w3lib missing", file=sys.stderr)
+    try:
+        from url_normalize import url_normalize
+
+        out["url_normalize.url_normalize"] = _counting(url_normalize)
+    except ImportError:
+        print("url-normalize missing", file=sys.stderr)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    args = ap.parse_args(argv)
+
+    urls, source = traffic_urls()
+    canonical = []
+    for u in urls:
+        with contextlib.suppress(InvalidURL):
+            canonical.append(canonicalize(u))
+    canonical_set = set(canonical)
+    fast_share = sum(1 for u in urls if u in canonical_set) / len(urls)
+
+    results: list[tuple[str, str, float, int]] = []
+    for name, run in contenders().items():
+        failures = run(urls)
+        seconds = median_seconds(lambda run=run: run(urls), args.repeats)
+        results.append((name, "raw traffic", seconds / len(urls) * 1e9, failures))
+        if name.startswith("urlsieve"):
+            seconds = median_seconds(lambda run=run: run(canonical), args.repeats)
+            results.append((name, "already canonical", seconds / len(canonical) * 1e9, 0))
+
+    base = results[0][2]
+    rows = [
+        (name, kind, f"{ns:,.0f}", f"{ns / base:.2f}×", failures)
+        for name, kind, ns, failures in results
+    ]
+    body = (
+        f"Command: `python benchmarks/canon.py --repeats {args.repeats} --write`  \n"
+        f"Data: {len(urls):,} URLs from {source}; {fast_share:.0%} already canonical as given.  \n"
+        f"Machine: {machine()}. Median of {args.repeats} passes over the whole list.\n\n"
+        + table(["contender", "input", "ns/URL (median)", "vs urlsieve raw", "refused"], rows)
+    )
+    print(body)
+    if args.write:
+        write_section("canon", "## Canonicalisation\n\n" + body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,51 @@
+"""urlsieve: fast, bypass-proof URL filtering and URL de-duplication.
+
+The public API is re-exported here; everything else is an implementation detail.
+"""
+
+from urlsieve.exceptions import (
+    ConfigError,
+    InvalidURL,
+    ProfileMismatch,
+    RuleSyntaxError,
+    StoreCorrupt,
+    StoreError,
+    StoreFull,
+    StoreReadOnly,
+    StoreUnavailable,
+    UrlsieveError,
+)
+from urlsieve.url import (
+    CRAWLER,
+    FILTER,
+    URL,
+    Profile,
+    canonicalize,
+    crawler_profile,
+    lookup_expressions,
+    parse_url,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CRAWLER",
+    "ConfigError",
+    "FILTER",
+    "InvalidURL",
+    "Profile",
+    "ProfileMismatch",
+    "RuleSyntaxError",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreFull",
+    "StoreReadOnly",
+    "StoreUnavailable",
+    "URL",
+    "UrlsieveError",
+    "__version__",
+    "canonicalize",
+    "crawler_profile",
+    "lookup_expressions",
+    "parse_url",
+]

@@ -1,0 +1,86 @@
+"""Every error urlsieve raises on purpose.
+
+Hierarchy::
+
+    UrlsieveError                      base of everything below
+    ├── InvalidURL (ValueError)        a string that is not a usable URL, with the reason
+    ├── RuleSyntaxError (ValueError)   a bad line in a rule list (``path:line: reason``)
+    ├── ConfigError (ValueError)       contradictory or invalid options
+    └── StoreError                     a seen store cannot do what was asked
+        ├── StoreCorrupt               a file that is not a store, truncated, or damaged
+        ├── ProfileMismatch            a store written under another canonical profile
+        ├── StoreReadOnly              a write to a store opened read-only
+        ├── StoreFull                  the disk (or a size cap) is full: the write did not happen
+        └── StoreUnavailable           a server that does not answer or refuses
+                                       (network, OOM, READONLY)
+
+Driver and OS errors are translated where they cross into urlsieve, with
+``raise ... from exc`` so the original stays visible.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "InvalidURL",
+    "ProfileMismatch",
+    "RuleSyntaxError",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreFull",
+    "StoreReadOnly",
+    "StoreUnavailable",
+    "UrlsieveError",
+]
+
+
+class UrlsieveError(Exception):
+    """Base class of every error urlsieve raises on purpose."""
+
+
+class InvalidURL(UrlsieveError, ValueError):
+    """A string that cannot be canonicalised; ``reason`` says why."""
+
+    def __init__(self, reason: str, url: str | None = None) -> None:
+        self.reason = reason
+        self.url = url
+        super().__init__(reason if url is None else f"{reason}: {url!r}")
+
+
+class RuleSyntaxError(UrlsieveError, ValueError):
+    """A rule list line that cannot be read; the message is ``source:line: reason``."""
+
+    def __init__(self, reason: str, source: str | None = None, line: int | None = None) -> None:
+        self.reason = reason
+        self.source = source
+        self.line = line
+        where = "" if source is None else (f"{source}:{line}: " if line else f"{source}: ")
+        super().__init__(f"{where}{reason}")
+
+
+class ConfigError(UrlsieveError, ValueError):
+    """Invalid or contradictory options; the message says how to fix them."""
+
+
+class StoreError(UrlsieveError):
+    """A seen store cannot do what was asked."""
+
+
+class StoreCorrupt(StoreError):
+    """A file that is not a store of the expected kind, truncated, or damaged."""
+
+
+class ProfileMismatch(StoreError):
+    """A persistent store written under another canonical profile (or profile version)."""
+
+
+class StoreReadOnly(StoreError):
+    """A write to a store that was opened read-only."""
+
+
+class StoreFull(StoreError):
+    """No space left (disk or size cap): the write did not happen."""
+
+
+class StoreUnavailable(StoreError):
+    """A store's server does not answer or refuses the command (network, OOM, READONLY)."""

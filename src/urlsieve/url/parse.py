@@ -1,0 +1,162 @@
+"""Split a URL string into parts and run a profile's steps over them."""
+
+from __future__ import annotations
+
+import re
+
+from urlsieve.exceptions import InvalidURL
+from urlsieve.url.host import is_ipv4, normalise_ipv6
+from urlsieve.url.model import URL
+from urlsieve.url.profile import FILTER, Profile
+
+__all__ = ["SCHEMES", "canonicalize", "parse_url"]
+
+#: Schemes with a host; everything else (``data:``, ``javascript:``, ``mailto:``…) is refused.
+SCHEMES = frozenset({"http", "https", "ftp", "ws", "wss"})
+
+_C0_AND_SPACE = "".join(map(chr, range(0x21)))
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
+_PORT_THEN_END = re.compile(r"[0-9]*(?:[/\\?#]|\Z)")
+_LEADING_SLASHES = re.compile(r"[/\\]{0,2}")
+_AUTHORITY_END = re.compile(r"[/\\?]")
+_PORT = re.compile(r"[0-9]+")
+
+# An already-canonical URL: lower-case scheme and host, no port or userinfo,
+# a path without empty, "." or ".." segments, and only the percent-escapes
+# that canonicalisation itself writes (upper-case, of bytes it escapes;
+# "%25" not followed by two hex digits). Such a string is its own canonical form.
+_ESC = r"%(?:[01][0-9A-F]|2[03]|7F|[89A-F][0-9A-F]|25(?![0-9A-Fa-f]{2}))"
+_SEG = rf"""(?:[!"$&'()*+,\-0->@-\[\]-~]|{_ESC})(?:[!"$&-.0->@-\[\]-~]++|{_ESC})*+"""
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_FAST = re.compile(
+    r"(?P<scheme>https?|ftp|wss?)://"
+    rf"(?:(?P<ip>(?:{_OCTET}\.){{3}}{_OCTET})|(?:[a-z0-9_-]++\.)*+[a-z][a-z0-9_-]*+)"
+    rf"(?P<path>/(?:{_SEG}(?:/{_SEG})*/?)?)"
+    rf"""(?:\?(?P<query>(?:[!"$&-~]++|{_ESC})*+))?"""
+)
+
+
+def _split(url: str) -> tuple[str, str | None, str, str, str | None]:
+    """Return ``(scheme, userinfo, hostport, raw path, raw query)``."""
+    s = url.strip(_C0_AND_SPACE)
+    if "\t" in s or "\n" in s or "\r" in s:
+        s = s.replace("\t", "").replace("\n", "").replace("\r", "")
+    if not s:
+        raise InvalidURL("empty URL", url)
+    rest = s
+    scheme = "http"
+    match = _SCHEME.match(s)
+    if match is not None:
+        candidate = match.group()[:-1].lower()
+        after = s[match.end() :]
+        if candidate in SCHEMES:
+            scheme, rest = candidate, after
+        elif after.startswith("//") or not _PORT_THEN_END.match(after):
+            raise InvalidURL(
+                f"unsupported scheme {candidate!r} (only http, https, ftp, ws and wss have a host)",
+                url,
+            )
+        # else "host:port/..." with no scheme: keep the whole string
+    elif s[0] in "/\\" and s[1:2] not in ("/", "\\"):
+        raise InvalidURL("relative reference without a host", url)
+
+    hash_at = rest.find("#")
+    if hash_at >= 0:
+        rest = rest[:hash_at]
+    rest = rest[_LEADING_SLASHES.match(rest).end() :]  # type: ignore[union-attr]
+    end = _AUTHORITY_END.search(rest)
+    if end is None:
+        authority, tail = rest, ""
+    else:
+        authority, tail = rest[: end.start()], rest[end.start() :]
+    question = tail.find("?")
+    if question >= 0:
+        raw_path, raw_query = tail[:question], tail[question + 1 :]
+    else:
+        raw_path, raw_query = tail, None
+    at = authority.rfind("@")
+    userinfo = None
+    if at >= 0:
+        userinfo, authority = authority[:at], authority[at + 1 :]
+    # Every accepted scheme is "special": a backslash separates path segments.
+    return scheme, userinfo, authority, raw_path.replace("\\", "/"), raw_query
+
+
+def _split_port(hostport: str, url: str) -> tuple[str, int | None]:
+    if hostport.startswith("["):
+        close = hostport.find("]")
+        if close < 0:
+            raise InvalidURL("unterminated IPv6 address", url)
+        host, after = hostport[: close + 1], hostport[close + 1 :]
+        if after and after[0] != ":":
+            raise InvalidURL("unexpected text after IPv6 address", url)
+        raw_port = after[1:] if after else ""
+    else:
+        host, _, raw_port = hostport.partition(":")
+    if not raw_port:
+        return host, None
+    if _PORT.fullmatch(raw_port) is None or int(raw_port) > 65535:
+        raise InvalidURL(f"invalid port {raw_port!r}", url)
+    return host, int(raw_port)
+
+
+def _run(data: bytes, steps: tuple[object, ...]) -> str:
+    for step in steps:
+        data = step(data)  # type: ignore[operator]
+    return data.decode("ascii")
+
+
+def _parse_slow(url: str, profile: Profile) -> URL:
+    scheme, userinfo, hostport, raw_path, raw_query = _split(url)
+    host, port = _split_port(hostport, url)
+    if not host:
+        raise InvalidURL("empty host", url)
+    try:
+        if host[0] == "[":
+            host, is_ip = normalise_ipv6(host)
+        else:
+            for step in profile.host_steps:
+                host = step(host)
+            is_ip = is_ipv4(host)
+    except InvalidURL as exc:
+        raise InvalidURL(exc.reason, url) from None
+    path = _run(raw_path.encode("utf-8", "surrogatepass"), profile.path_steps)
+    query: str | None = None
+    if raw_query is not None and profile.keep_query:
+        query = _run(raw_query.encode("utf-8", "surrogatepass"), profile.query_steps)
+        if not query and profile.drop_empty_query:
+            query = None
+    return URL(scheme, host, path, query, port, userinfo, is_ip)
+
+
+def parse_url(url: str, profile: Profile = FILTER) -> URL:
+    """Canonicalise ``url`` into its parts; raise :class:`InvalidURL` if it has no usable host."""
+    if profile.fast_path:
+        m = _FAST.fullmatch(url)
+        if m is not None and (m.group("query") is None or profile.fast_query):
+            host_end = m.start("path")
+            return URL(
+                m.group("scheme"),
+                url[m.end("scheme") + 3 : host_end],
+                m.group("path"),
+                m.group("query"),
+                is_ip=m.group("ip") is not None,
+            )
+    return _parse_slow(url, profile)
+
+
+def canonicalize(url: str, profile: Profile = FILTER) -> str:
+    """Return the canonical form ``scheme://host/path[?query]`` of ``url``.
+
+    >>> canonicalize("HTTP://WWW.Example.COM:80/a/./b/../c//d?x=1#frag")
+    'http://www.example.com/a/c/d?x=1'
+
+    Raises :class:`InvalidURL` (a :class:`ValueError`) with the reason when
+    the string is not a URL with a host. Idempotent: canonicalising a
+    canonical URL returns it unchanged, and does so on a fast path.
+    """
+    if profile.fast_path:
+        m = _FAST.fullmatch(url)
+        if m is not None and (m.group("query") is None or profile.fast_query):
+            return url
+    return _parse_slow(url, profile).canonical

@@ -1,0 +1,167 @@
+"""Canonicalisation profiles: named, versioned tuples of steps.
+
+A profile changes behaviour by adding or removing a step, never by a flag
+threaded through the parser. :data:`FILTER` is Safe Browsing
+canonicalisation (the query kept as it is, unescaped and re-escaped);
+:func:`crawler_profile` adds query sorting and tracking-parameter removal
+for de-duplication. The profile's ``ident`` (``name/version``) is written
+into every persistent store so that a store is never read under other rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from urlsieve.url import host as _host
+from urlsieve.url import path as _path
+
+__all__ = [
+    "CRAWLER",
+    "FILTER",
+    "Profile",
+    "TRACKING_PARAMETERS",
+    "alias_host",
+    "crawler_profile",
+    "drop_parameters",
+    "sort_query",
+]
+
+HostStep = Callable[[str], str]
+BytesStep = Callable[[bytes], bytes]
+
+DEFAULT_HOST_STEPS: tuple[HostStep, ...] = (
+    _host.unescape_host,
+    _host.map_idn,
+    _host.strip_dots,
+    _host.check_host_chars,
+    _host.normalise_ipv4,
+    _host.punycode,
+)
+DEFAULT_PATH_STEPS: tuple[BytesStep, ...] = (_path.unescape, _path.collapse_path, _path.escape)
+DEFAULT_QUERY_STEPS: tuple[BytesStep, ...] = (_path.unescape, _path.escape)
+
+#: Query parameters that identify a campaign or a click, not a resource.
+TRACKING_PARAMETERS: tuple[str, ...] = (
+    "utm_*",
+    "gclid",
+    "dclid",
+    "fbclid",
+    "msclkid",
+    "mc_cid",
+    "mc_eid",
+    "_ga",
+    "yclid",
+    "igshid",
+)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named, versioned canonicalisation pipeline.
+
+    ``host_steps`` run on the host text, ``path_steps`` and ``query_steps``
+    on bytes and must end with :func:`urlsieve.url.path.escape`. With
+    ``keep_query`` false the query is dropped; with ``drop_empty_query``
+    a query that the steps empty (``?utm_source=x``) disappears with its ``?``.
+    """
+
+    name: str
+    version: int
+    host_steps: tuple[HostStep, ...] = DEFAULT_HOST_STEPS
+    path_steps: tuple[BytesStep, ...] = DEFAULT_PATH_STEPS
+    query_steps: tuple[BytesStep, ...] = DEFAULT_QUERY_STEPS
+    keep_query: bool = True
+    drop_empty_query: bool = False
+    # Whether an already-canonical URL may skip the steps (derived, not passed).
+    fast_path: bool = field(init=False, repr=False, compare=False)
+    fast_query: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        default = self.host_steps == DEFAULT_HOST_STEPS and self.path_steps == DEFAULT_PATH_STEPS
+        object.__setattr__(self, "fast_path", default)
+        object.__setattr__(
+            self,
+            "fast_query",
+            self.keep_query and self.query_steps == DEFAULT_QUERY_STEPS,
+        )
+
+    @property
+    def ident(self) -> str:
+        """``name/version``, as stored in persistent store headers."""
+        return f"{self.name}/{self.version}"
+
+
+def sort_query(query: bytes) -> bytes:
+    """Sort ``&``-separated parameters (stable, by the whole ``name=value`` bytes)."""
+    if b"&" not in query:
+        return query
+    return b"&".join(sorted(p for p in query.split(b"&") if p))
+
+
+def drop_parameters(names: Iterable[str]) -> BytesStep:
+    """A query step that removes parameters by name; ``prefix*`` removes every name with it."""
+    exact = frozenset(n.encode() for n in names if not n.endswith("*"))
+    prefixes = tuple(n[:-1].encode() for n in names if n.endswith("*"))
+
+    def drop_tracking_parameters(query: bytes) -> bytes:
+        kept = []
+        for param in query.split(b"&"):
+            key = param.split(b"=", 1)[0]
+            if not param or key in exact or (prefixes and key.startswith(prefixes)):
+                continue
+            kept.append(param)
+        return b"&".join(kept)
+
+    return drop_tracking_parameters
+
+
+def alias_host(resolve: Mapping[str, str] | Callable[[str], str | None]) -> HostStep:
+    """Seed 004's alias step: map a canonical host to the ID of the site it is an alias of.
+
+    ``resolve`` is a mapping (a static table, as in tests) or a callable
+    (e.g. a DNS lookup returning the address); hosts it does not know stay as they are.
+    """
+    lookup = resolve.get if isinstance(resolve, Mapping) else resolve
+
+    def alias(host: str) -> str:
+        target = lookup(host)
+        return host if target is None else target
+
+    return alias
+
+
+def crawler_profile(
+    *,
+    sort: bool = True,
+    drop: Iterable[str] = TRACKING_PARAMETERS,
+    aliases: Mapping[str, str] | Callable[[str], str | None] | None = None,
+    name: str = "crawler",
+    version: int = 1,
+) -> Profile:
+    """The de-duplication profile: the filter steps plus query sorting and tracking removal.
+
+    Give it a new ``name`` (or bump ``version``) whenever you change the
+    options of a profile that has persistent stores written under it.
+    """
+    query_steps: list[BytesStep] = [_path.unescape]
+    drop = tuple(drop)
+    if drop:
+        query_steps.append(drop_parameters(drop))
+    if sort:
+        query_steps.append(sort_query)
+    query_steps.append(_path.escape)
+    host_steps = DEFAULT_HOST_STEPS
+    if aliases is not None:
+        host_steps = (*DEFAULT_HOST_STEPS, alias_host(aliases))
+    return Profile(
+        name=name,
+        version=version,
+        host_steps=host_steps,
+        query_steps=tuple(query_steps),
+        drop_empty_query=True,
+    )
+
+
+FILTER = Profile(name="filter", version=1)
+CRAWLER = crawler_profile()
