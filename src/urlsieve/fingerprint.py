@@ -1,0 +1,73 @@
+"""URL fingerprints: fixed-size digests of the canonical URL under a profile.
+
+A fingerprint is computed from ``canonical.encode("ascii")`` (canonical URLs
+are ASCII), so equivalent spellings share one. 64-bit fingerprints (xxh3)
+key exact sets; 128-bit fingerprints (xxh3-128) split into two independent
+64-bit halves drive Bloom filter indices (double hashing) — never CRC32,
+whose affine structure wrecks Bloom error rates at power-of-two sizes.
+CRC32, MD5 and SHA-1 signatures stay available for the seed stores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Iterable
+from typing import Literal
+
+import xxhash
+
+from urlsieve.url import FILTER, URL, Profile, canonicalize
+
+__all__ = [
+    "SIGNATURES",
+    "canonical_bytes",
+    "fingerprint64",
+    "fingerprint128",
+    "fingerprints64",
+    "signature",
+]
+
+SignatureKind = Literal["crc32", "md5", "sha1", "xxh64", "xxh128"]
+#: Signature kinds and their size in bits.
+SIGNATURES: dict[str, int] = {"crc32": 32, "md5": 128, "sha1": 160, "xxh64": 64, "xxh128": 128}
+
+_xxh64 = xxhash.xxh3_64_intdigest
+_xxh128 = xxhash.xxh3_128_digest
+
+
+def canonical_bytes(url: str | URL, profile: Profile = FILTER) -> bytes:
+    """The canonical serialisation every fingerprint is computed from."""
+    text = url.canonical if isinstance(url, URL) else canonicalize(url, profile)
+    return text.encode("ascii")
+
+
+def fingerprint64(url: str | URL, profile: Profile = FILTER) -> int:
+    """64-bit fingerprint (xxh3-64) of the canonical URL, as an unsigned int."""
+    return _xxh64(canonical_bytes(url, profile))
+
+
+def fingerprints64(urls: Iterable[str], profile: Profile = FILTER) -> list[int]:
+    """:func:`fingerprint64` of each URL (raises :class:`InvalidURL` on the first bad one)."""
+    return [_xxh64(canonicalize(u, profile).encode("ascii")) for u in urls]
+
+
+def fingerprint128(url: str | URL, profile: Profile = FILTER) -> bytes:
+    """128-bit fingerprint (xxh3-128), 16 bytes big-endian."""
+    return _xxh128(canonical_bytes(url, profile))
+
+
+def signature(url: str | URL, kind: SignatureKind = "crc32", profile: Profile = FILTER) -> bytes:
+    """A signature of the canonical URL as used by the seed systems, big-endian bytes."""
+    data = canonical_bytes(url, profile)
+    if kind == "crc32":
+        return zlib.crc32(data).to_bytes(4, "big")
+    if kind == "md5":
+        return hashlib.md5(data, usedforsecurity=False).digest()
+    if kind == "sha1":
+        return hashlib.sha1(data, usedforsecurity=False).digest()
+    if kind == "xxh64":
+        return _xxh64(data).to_bytes(8, "big")
+    if kind == "xxh128":
+        return _xxh128(data)
+    raise ValueError(f"unknown signature kind {kind!r} (choose from {', '.join(SIGNATURES)})")

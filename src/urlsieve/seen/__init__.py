@@ -1,0 +1,25 @@
+"""URL de-duplication: seen stores behind one protocol, opened from a spec (DESIGN.md §4)."""
+
+from urlsieve.seen.base import (
+    BACKENDS,
+    Backend,
+    SeenStore,
+    StoreSpec,
+    StoreStats,
+    open_seen,
+    parse_spec,
+    register_backend,
+)
+from urlsieve.seen.memory import MemoryStore
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "MemoryStore",
+    "SeenStore",
+    "StoreSpec",
+    "StoreStats",
+    "open_seen",
+    "parse_spec",
+    "register_backend",
+]

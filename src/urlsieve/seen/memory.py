@@ -1,0 +1,84 @@
+"""``memory:`` — an exact in-process store: a Python set of 64-bit fingerprints.
+
+The reference backend of the contract tests, and the right choice for a
+crawl that fits in one process and need not survive it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Self
+
+from urlsieve.fingerprint import fingerprint64
+from urlsieve.seen.base import StoreStats
+from urlsieve.url import FILTER, Profile
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """Exact, in-memory, not shared between processes."""
+
+    def __init__(self, location: str = "", *, profile: Profile = FILTER) -> None:
+        self._profile = profile
+        self._seen: set[int] = set()
+
+    @property
+    def profile(self) -> Profile:
+        return self._profile
+
+    def add(self, url: str) -> bool:
+        fp = fingerprint64(url, self._profile)
+        if fp in self._seen:
+            return False
+        self._seen.add(fp)
+        return True
+
+    def add_many(self, urls: Iterable[str]) -> list[bool]:
+        fps = [fingerprint64(u, self._profile) for u in urls]  # all valid before any is added
+        out = []
+        seen = self._seen
+        for fp in fps:
+            new = fp not in seen
+            if new:
+                seen.add(fp)
+            out.append(new)
+        return out
+
+    def __contains__(self, url: object) -> bool:
+        return isinstance(url, str) and fingerprint64(url, self._profile) in self._seen
+
+    def contains_many(self, urls: Iterable[str]) -> list[bool]:
+        seen = self._seen
+        return [fingerprint64(u, self._profile) in seen for u in urls]
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def stats(self) -> StoreStats:
+        return StoreStats(
+            backend="memory",
+            profile=self._profile.ident,
+            count=len(self._seen),
+            exact=True,
+            bytes_used=sys.getsizeof(self._seen) + 32 * len(self._seen),
+        )
+
+    def flush(self) -> None:
+        """Nothing to do: the store lives and dies with the process."""
+
+    def close(self) -> None:
+        self._seen = set()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
