@@ -6,7 +6,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from urlsieve import CRAWLER, InvalidURL, canonicalize, lookup_expressions, parse_url
-from urlsieve.url.parse import _FAST, _parse_slow
+from urlsieve.url.parse import _fast_match, _parse_slow
 from urlsieve.url.profile import FILTER
 
 # Characters that matter to URL parsing, weighted towards the tricky ones.
@@ -45,6 +45,8 @@ def test_arbitrary_strings_return_or_raise_invalid_url(text: str) -> None:
 @example("http://a.com/a%3Fb/../c")
 @example("http://a.com/x%3F/..")
 @example("http://0x.0x/")
+@example("a.com/b:c")
+@example("ab:cd/x")
 def test_urlish_strings_are_idempotent(text: str) -> None:
     result = _canon_or_none(text)
     if result is not None:
@@ -67,9 +69,12 @@ def test_fast_path_only_accepts_fixpoints_of_the_full_pipeline(text: str) -> Non
     # Whatever canonicalisation returns must also be taken by the fast path
     # only if the slow path would return it unchanged.
     result = _canon_or_none(text)
-    for candidate in (text, result):
-        if candidate is not None and _FAST.fullmatch(candidate):
-            assert _parse_slow(candidate, FILTER).canonical == candidate
+    for candidate in (text, result, text.lstrip("/:")):
+        if candidate is None:
+            continue
+        m = _fast_match(candidate, FILTER)
+        if m is not None:
+            assert _parse_slow(candidate, FILTER).canonical == m.string
 
 
 @given(URLISH)

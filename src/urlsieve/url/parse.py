@@ -129,15 +129,28 @@ def _parse_slow(url: str, profile: Profile) -> URL:
     return URL(scheme, host, path, query, port, userinfo, is_ip)
 
 
+def _fast_match(url: str, profile: Profile) -> re.Match[str] | None:
+    """Match ``url`` (or ``http://`` + a scheme-less ``url``) when it is already canonical.
+
+    The fast host pattern has no ``:``, so a string with a scheme of its own can
+    never match with ``http://`` in front: the retry only takes scheme-less input.
+    """
+    m = _FAST.fullmatch(url)
+    if m is None and "://" not in url:
+        m = _FAST.fullmatch("http://" + url)
+    if m is not None and (m.group("query") is None or profile.fast_query):
+        return m
+    return None
+
+
 def parse_url(url: str, profile: Profile = FILTER) -> URL:
     """Canonicalise ``url`` into its parts; raise :class:`InvalidURL` if it has no usable host."""
     if profile.fast_path:
-        m = _FAST.fullmatch(url)
-        if m is not None and (m.group("query") is None or profile.fast_query):
-            host_end = m.start("path")
+        m = _fast_match(url, profile)
+        if m is not None:
             return URL(
                 m.group("scheme"),
-                url[m.end("scheme") + 3 : host_end],
+                m.string[m.end("scheme") + 3 : m.start("path")],
                 m.group("path"),
                 m.group("query"),
                 is_ip=m.group("ip") is not None,
@@ -156,7 +169,7 @@ def canonicalize(url: str, profile: Profile = FILTER) -> str:
     canonical URL returns it unchanged, and does so on a fast path.
     """
     if profile.fast_path:
-        m = _FAST.fullmatch(url)
-        if m is not None and (m.group("query") is None or profile.fast_query):
-            return url
+        m = _fast_match(url, profile)
+        if m is not None:
+            return m.string
     return _parse_slow(url, profile).canonical
