@@ -192,6 +192,9 @@ class MappedStore:
         self._reading = _Session(self, write=False)
         self._writing = _Session(self, write=True)
         self._attach()
+        if not readonly:
+            with self._writing:  # repairs what a writer killed mid-update left behind
+                pass
 
     # ------------------------------------------------------------------ opening
 
@@ -255,7 +258,9 @@ class MappedStore:
             )
         if kind != self.KIND:
             other = kind.rstrip(b"\0").decode("ascii", "replace")
-            raise StoreCorrupt(f"{path}: a {other!r} store, not {name!r}: open it as '{other}:'")
+            raise StoreCorrupt(
+                f"{path}: holds a {other!r} store, not {name!r}: open it as '{other}:'"
+            )
         (crc,) = struct.unpack_from("<I", head, CRC_OFFSET)
         if crc != zlib.crc32(head[:CRC_OFFSET]):
             raise StoreCorrupt(
