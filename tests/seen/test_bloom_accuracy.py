@@ -32,7 +32,8 @@ def test_layer_sizing_meets_the_error_and_not_much_more() -> None:
 def test_false_positive_rate_at_capacity(tmp_path: Path, error: float) -> None:
     capacity = 100_000
     with BloomStore(str(tmp_path / "s"), capacity=capacity, error=error) as store:
-        new = store.add_many(urls(capacity, "in"))
+        batch = urls(capacity, "in")
+        new = [f for i in range(0, capacity, 1000) for f in store.add_many(batch[i : i + 1000])]
         assert len(store.stats().extra["layers"]) == 1
         probes = urls(100_000, "out")
         measured = sum(store.contains_many(probes)) / len(probes)
@@ -42,7 +43,8 @@ def test_false_positive_rate_at_capacity(tmp_path: Path, error: float) -> None:
     assert measured >= error / 4
     sigma = math.sqrt(stats.false_positive_rate / len(probes))
     assert abs(measured - stats.false_positive_rate) < 5 * sigma + 1e-5
-    # Wrongly reported as seen while adding: what stats() expected, within the noise.
+    # Wrongly reported as seen while adding: what stats() expected, within the noise
+    # (stats() counts as if one URL came at a time; in batches of 1000 that is 1 % high).
     wrongly_seen = capacity - sum(new)
     expected = stats.expected_false_positives
     assert abs(wrongly_seen - expected) < 5 * math.sqrt(expected) + 5

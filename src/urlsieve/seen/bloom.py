@@ -22,6 +22,12 @@ sum to less than ``ε`` however far the filter grows (scalable Bloom
 filters, Almeida et al. 2007). A URL is seen when any layer has it; new URLs
 go to the last layer.
 
+**Batches** (``add_many``, ``add_fingerprints``) are vectorised with numpy:
+one gather of the blocks, one test, the new bits ORed together per block
+(sorted by block) and written back once. A batch is tested against the
+filter as it was before the batch: URLs of one batch never make each other
+look seen, except the same URL twice, which is new once.
+
 **Sharing and crashes.** Writers serialise on an exclusive ``flock``
 (:mod:`urlsieve.seen._mapped`) around the bit updates only, so no bit is ever
 lost to a concurrent read-modify-write. A layer's count is raised *before*
@@ -49,7 +55,6 @@ from urlsieve.seen._mapped import (
     U64,
     W_NLAYERS,
     MappedStore,
-    rank_in_groups,
     reserve,
 )
 from urlsieve.seen.base import StoreStats
@@ -412,32 +417,54 @@ class BloomStore(MappedStore):
                     self._add_layer()
                     continue
                 part, pending = pending[:room], pending[room:]
-                new[part] = self._insert(layer, h1[part], masks.of(layer)[part])
+                if len(part) == len(h1):  # the whole batch: no copies
+                    new = self._insert(layer, h1, h2, masks.of(layer))
+                    continue
+                new[part] = self._insert(layer, h1[part], h2[part], masks.of(layer)[part])
                 if pending.size:  # what this part set may cover later URLs of the batch
                     hit = _test(layer, h1[pending], masks.of(layer)[pending])
                     pending = pending[~hit]
         return new
 
-    def _insert(self, layer: _Layer, h1: U64, masks: U64) -> Flags:
-        """Insert into ``layer`` in rounds, so that URLs sharing a block see each other."""
-        blocks = layer.block_of(h1)
-        rank = rank_in_groups(blocks)
-        order = np.argsort(rank, kind="stable")
-        bounds = np.searchsorted(rank[order], np.arange(int(rank.max()) + 2))
-        new = np.zeros(len(h1), dtype=bool)
+    def _insert(self, layer: _Layer, h1: U64, h2: U64, masks: U64) -> Flags:
+        """Insert a batch into ``layer``; True for each URL it did not hold before the batch.
+
+        The batch is tested against the layer as it was before it (URLs of one
+        batch never make each other look seen, unless they are the same URL:
+        then only the first is new). The bits are then ORed in once per block.
+        """
+        n = len(h1)
+        order = np.argsort(h1)  # sorts by block too: the block is monotone in h1
+        sorted_h1 = h1[order]
+        blocks = layer.block_of(sorted_h1)
+        sorted_masks = masks[order]
         bits = layer.bits
-        void = bits.view(np.dtype((np.void, BLOCK_BITS // 8))).reshape(-1)
-        count_word = layer.count_word
-        for r in range(len(bounds) - 1):
-            sel = order[bounds[r] : bounds[r + 1]]
-            where = blocks[sel]
-            rows = bits.take(where, axis=0)
-            fresh = ~_covers(rows, masks[sel])
-            go = sel[fresh]
-            new[go] = True
-            self._mv[count_word] += int(fresh.sum())  # the count first: see the module doc
-            updated = rows[fresh] | masks[go]
-            void[blocks[go]] = updated.view(void.dtype).reshape(-1)
+        rows = bits.take(blocks, axis=0)
+        fresh = ~_covers(rows, sorted_masks)
+        same = np.flatnonzero(sorted_h1[1:] == sorted_h1[:-1])
+        if same.size:  # perhaps repeats inside the batch: only the earliest is new
+            sorted_h2 = h2[order]
+            same = same[sorted_h2[same + 1] == sorted_h2[same]]
+            repeat = np.zeros(n, dtype=bool)
+            repeat[same + 1] = True
+            starts = np.flatnonzero(~repeat)
+            first = np.minimum.reduceat(order, starts)
+            keep = np.zeros(n, dtype=bool)
+            keep[first] = True
+            fresh &= keep[order]
+        new = np.zeros(n, dtype=bool)
+        new[order[fresh]] = True
+        added = int(fresh.sum())
+        self._mv[layer.count_word] += added  # the count first: see the module doc
+        if added:
+            if added < n:
+                where = np.flatnonzero(fresh)
+                blocks, rows, sorted_masks = blocks[where], rows[where], sorted_masks[where]
+            starts = np.flatnonzero(np.concatenate(([True], blocks[1:] != blocks[:-1])))
+            merged = np.bitwise_or.reduceat(sorted_masks, starts, axis=0)
+            merged |= rows[starts]
+            void = bits.view(np.dtype((np.void, BLOCK_BITS // 8))).reshape(-1)
+            void[blocks[starts]] = merged.view(void.dtype).reshape(-1)
         return new
 
     # ------------------------------------------------------------------ the rest
@@ -509,7 +536,11 @@ def _measure(layer: _Layer) -> tuple[int, float]:
 
 
 def _expected_false_positives(layers: list[_Layer], counts: list[int]) -> float:
-    """Expected number of new URLs reported as seen while the counted URLs were added."""
+    """Expected number of new URLs reported as seen while the counted URLs were added.
+
+    Computed as if they came one at a time: URLs of one batch never make each
+    other look seen, so with large batches the true number is a little lower.
+    """
     total = 0.0
     older = 1.0  # probability that the full layers before this one all miss
     steps = 32
