@@ -13,7 +13,8 @@ a new file (space reserved first, so a full disk fails before anything
 changes), syncs it, renames it over the store and marks the old file
 *retired*; every other process notices (the retired word, or a link count of
 0 under the lock) and reopens. Between growths the load is 57–85 %, so the
-store costs 9.4–14 bytes per URL.
+store costs 9.4–14 bytes per URL. The rehash sorts the fingerprints (a copy
+of them is held in memory meanwhile) and places them in one vectorised pass.
 
 Exact up to 64-bit fingerprint collisions: with n URLs the expected number of
 colliding pairs is n²/2⁶⁵ (3·10⁻⁸ at a million URLs, 0.03 at a billion);
@@ -58,7 +59,6 @@ DEFAULT_CAPACITY = 1 << 16
 _HW = HEADER_SIZE // 8  # header size in words
 _PARAMS = struct.Struct("<Q")  # number of buckets
 _ROW = struct.Struct(f"<{SLOTS}Q")
-_REHASH_CHUNK = 1 << 18  # buckets rehashed at a time (bounds memory during growth)
 
 Flags = npt.NDArray[np.bool_]
 
@@ -75,12 +75,42 @@ def _home(keys: U64, buckets: int) -> npt.NDArray[np.intp]:
     return (((keys >> np.uint64(32)) * np.uint64(buckets)) >> np.uint64(32)).astype(np.intp)
 
 
+def _rank(buckets: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+    """How many earlier keys want the same bucket; cheap when the buckets are sorted."""
+    n = len(buckets)
+    if n > 1 and bool((buckets[1:] >= buckets[:-1]).all()):
+        ramp = np.arange(n, dtype=np.intp)
+        new_group = np.concatenate(([True], buckets[1:] != buckets[:-1]))
+        ranks: npt.NDArray[np.intp] = ramp - np.maximum.accumulate(np.where(new_group, ramp, 0))
+        return ranks
+    return rank_in_groups(buckets)
+
+
+def rebuild(table: U64, keys: U64) -> None:
+    """Fill an empty ``table`` with sorted, distinct ``keys`` in one pass.
+
+    Sorted keys have non-decreasing home buckets, so linear probing places key
+    ``i`` at slot ``max(8·home[i], slot[i-1] + 1)``, a running maximum numpy
+    computes at once. The few keys pushed past the end wrap around via probe().
+    """
+    slots_total = table.size
+    ramp = np.arange(len(keys), dtype=np.int64)
+    start = _home(keys, table.shape[0]).astype(np.int64) * SLOTS
+    slot = np.maximum.accumulate(start - ramp) + ramp
+    inside = slot < slots_total
+    table.reshape(-1)[slot[inside]] = keys[inside]
+    if not inside.all():
+        probe(table, keys[~inside], insert=True)
+
+
 def probe(table: U64, keys: U64, insert: bool) -> Flags:
     """Look ``keys`` (distinct, non-zero) up in ``table`` (buckets × 8), inserting missing ones.
 
     Returns, per key, True when it was found (lookup) or newly inserted (insert).
     Every key advances one bucket per round; keys that want the same bucket in
-    one round take its free slots in batch order.
+    one round take its free slots in batch order. Sorted keys (as
+    :meth:`ExactStore.add_fingerprints` passes them) have sorted home buckets,
+    which makes that ranking a linear pass instead of a sort.
     """
     buckets = table.shape[0]
     n = len(keys)
@@ -100,7 +130,7 @@ def probe(table: U64, keys: U64, insert: bool) -> Flags:
             placed = np.zeros(len(todo), dtype=bool)
             cand = np.flatnonzero(~hit & open_)
             if cand.size:
-                slot = empty[cand].argmax(axis=1) + rank_in_groups(where[cand])
+                slot = empty[cand].argmax(axis=1) + _rank(where[cand])
                 fits = slot < SLOTS
                 go = cand[fits]
                 table[where[go], slot[fits]] = wanted[go]
@@ -196,9 +226,8 @@ class ExactStore(MappedStore):
                 )
                 words = np.frombuffer(mm, dtype=np.uint64)
                 table = words[_HW:].reshape(buckets, SLOTS)
-                for start in range(0, self._buckets, _REHASH_CHUNK):
-                    chunk = self._table[start : start + _REHASH_CHUNK].ravel()
-                    probe(table, chunk[chunk != 0], insert=True)
+                flat = self._table.reshape(-1)
+                rebuild(table, np.sort(flat[flat != 0]))
                 words[W_COUNT] = count
                 del words, table
                 mm.flush()
@@ -267,7 +296,12 @@ class ExactStore(MappedStore):
         if not len(keys):
             return out
         keys = np.where(keys == 0, np.uint64(1), keys)
-        distinct, first = np.unique(keys, return_index=True)
+        order = np.argsort(keys)  # sorted keys have sorted home buckets: see probe()
+        ordered = keys[order]
+        starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+        distinct = ordered[starts]
+        # The earliest position of each distinct key (argsort is not stable).
+        first = order if len(starts) == len(keys) else np.minimum.reduceat(order, starts)
         while True:
             try:
                 with self._writing:

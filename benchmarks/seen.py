@@ -1,0 +1,369 @@
+"""Seen stores: urlsieve's backends against the sets and Bloom filters a crawler would use instead.
+
+Run: ``python benchmarks/seen.py [--urls 1000000] [--write]`` (peers from the ``bench`` extra:
+rbloom, pybloomfiltermmap3; each is left out with a note when missing).
+
+Data: the real traffic URLs repeated with variations (a query parameter per
+round) up to ``--urls`` distinct URLs to add, plus 200,000 others never
+added, for lookup misses and the measured false-positive rate.
+
+Two tables:
+
+1. *From canonical URLs*: every contender starts from the same canonical URL
+   bytes (canonicalisation is done once, up front, and timed on its own): ours
+   hash them (xxh3) and call the fingerprint batch API or ``add``; the peers
+   hash them their own way. This is the store's own cost.
+2. *End to end*: every registered urlsieve backend from raw URL strings, with
+   canonicalisation, as an application calls it (``add_many``/``add``).
+
+Adds are timed once (they change the store); lookups are the median of 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+import xxhash
+
+from benchmarks._common import machine, median_seconds, table, traffic_urls, write_section
+from urlsieve import InvalidURL, canonicalize
+from urlsieve.seen import BACKENDS, open_seen
+from urlsieve.seen.bloom import BloomStore
+from urlsieve.seen.exact import ExactStore
+
+MISSES = 200_000
+BATCH = 10_000
+ERROR = 0.001
+
+
+def dataset(n: int) -> tuple[list[str], list[str], str]:
+    base, source = traffic_urls()
+    good = []
+    for u in base:
+        try:
+            canonicalize(u)
+        except InvalidURL:
+            continue
+        good.append(u)
+    out: list[str] = []
+    rnd = 0
+    while len(out) < n + MISSES:
+        for u in good:
+            out.append(u if rnd == 0 else f"{u}{'&' if '?' in u else '?'}_r={rnd}")
+        rnd += 1
+    return out[:n], out[n : n + MISSES], source
+
+
+def chunks(items: list[Any], size: int = BATCH) -> Iterable[list[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def ns(seconds: float, n: int) -> str:
+    return f"{seconds / n * 1e9:,.0f}"
+
+
+class Row:
+    def __init__(self, name: str, persistent: str, shared: str) -> None:
+        self.name, self.persistent, self.shared = name, persistent, shared
+        self.add = self.hit = self.miss = float("nan")
+        self.n = self.n_hit = self.n_miss = 1
+        self.bytes = 0
+        self.fp = 0.0
+
+    def cells(self) -> list[str]:
+        return [
+            self.name,
+            ns(self.add, self.n),
+            ns(self.hit, self.n_hit),
+            ns(self.miss, self.n_miss),
+            f"{self.bytes / self.n:.1f}",
+            f"{self.fp:.4%}",
+            self.persistent,
+            self.shared,
+        ]
+
+
+def measure(
+    row: Row,
+    add: Callable[[], object],
+    lookup_hit: Callable[[], object],
+    lookup_miss: Callable[[], Iterable[bool]],
+    n: int,
+    n_lookup: int,
+    size: Callable[[], int],
+) -> Row:
+    row.n, row.n_hit, row.n_miss = n, n_lookup, MISSES
+    row.add = timed(add)
+    row.hit = median_seconds(lookup_hit, repeats=3)
+    row.miss = median_seconds(lambda: list(lookup_miss()), repeats=3)
+    row.fp = sum(lookup_miss()) / MISSES
+    row.bytes = size()
+    print(" | ".join(row.cells()), file=sys.stderr)
+    return row
+
+
+def digests128(canon: list[bytes]) -> np.ndarray:
+    joined = b"".join([xxhash.xxh3_128_digest(c) for c in canon])
+    return np.frombuffer(joined, dtype=">u8").astype(np.uint64).reshape(-1, 2)
+
+
+def digests64(canon: list[bytes]) -> np.ndarray:
+    return np.array([xxhash.xxh3_64_intdigest(c) for c in canon], dtype=np.uint64)
+
+
+def core_rows(adds: list[str], misses: list[str], tmp: str, single: int) -> list[Row]:
+    canon_add = [canonicalize(u).encode("ascii") for u in adds]
+    canon_miss = [canonicalize(u).encode("ascii") for u in misses]
+    n = len(canon_add)
+    rows = []
+
+    # --- ours, batch: hash + fingerprint API, in batches of BATCH
+    def bloom_batch() -> Row:
+        store = BloomStore(f"{tmp}/core.bloom", capacity=n, error=ERROR)
+        row = Row(f"urlsieve bloom, batches of {BATCH:,}", "yes", "yes")
+        measure(
+            row,
+            lambda: [store.add_fingerprints(digests128(c)) for c in chunks(canon_add)],
+            lambda: [store.contains_fingerprints(digests128(c)) for c in chunks(canon_add)],
+            lambda: np.concatenate(
+                [store.contains_fingerprints(digests128(c)) for c in chunks(canon_miss)]
+            ).tolist(),
+            n,
+            n,
+            lambda: os.path.getsize(f"{tmp}/core.bloom"),
+        )
+        store.close()
+        return row
+
+    def exact_batch() -> Row:
+        store = ExactStore(f"{tmp}/core.exact")
+        row = Row(f"urlsieve exact, batches of {BATCH:,}", "yes", "yes")
+        measure(
+            row,
+            lambda: [store.add_fingerprints(digests64(c)) for c in chunks(canon_add)],
+            lambda: [store.contains_fingerprints(digests64(c)) for c in chunks(canon_add)],
+            lambda: np.concatenate(
+                [store.contains_fingerprints(digests64(c)) for c in chunks(canon_miss)]
+            ).tolist(),
+            n,
+            n,
+            lambda: os.path.getsize(f"{tmp}/core.exact"),
+        )
+        store.close()
+        return row
+
+    rows += [bloom_batch(), exact_batch()]
+
+    # --- ours, one URL at a time (the canonical URL string: canonicalisation's fast path)
+    for kind, spec in (
+        ("bloom", f"bloom:{tmp}/single.bloom?capacity={n}&error={ERROR}"),
+        ("exact", f"exact:{tmp}/single.exact"),
+    ):
+        store = open_seen(spec)
+        strings = [c.decode() for c in canon_add[:single]]
+        miss_strings = [c.decode() for c in canon_miss]
+        row = Row(f"urlsieve {kind}, one at a time (incl. canonical fast path)", "yes", "yes")
+        measure(
+            row,
+            lambda s=store, u=strings: [s.add(x) for x in u],
+            lambda s=store, u=strings: [x in s for x in u],
+            lambda s=store, u=miss_strings: [x in s for x in u],
+            single,
+            single,
+            lambda s=store: s.stats().bytes_used * single // max(1, single),
+        )
+        row.bytes = row.bytes * n // single if kind == "bloom" else row.bytes  # sized for n
+        store.close()
+        rows.append(row)
+
+    # --- peers
+    try:
+        import rbloom
+
+        bf = rbloom.Bloom(n, ERROR)
+        strings = [c.decode() for c in canon_add]
+        miss_strings = [c.decode() for c in canon_miss]
+        rows.append(
+            measure(
+                Row("rbloom (update / `in`)", "no (salted hash)", "no"),
+                lambda: bf.update(strings),
+                lambda: [x in bf for x in strings],
+                lambda: [x in bf for x in miss_strings],
+                n,
+                n,
+                lambda: bf.size_in_bits // 8,
+            )
+        )
+    except ImportError:
+        print("rbloom not installed: left out", file=sys.stderr)
+    try:
+        import pybloomfilter
+
+        pbf = pybloomfilter.BloomFilter(n, ERROR, f"{tmp}/pybloom.bf")
+        rows.append(
+            measure(
+                Row("pybloomfiltermmap3 (update / `in`)", "yes", "no (lost bits)"),
+                lambda: pbf.update(canon_add),
+                lambda: [x in pbf for x in canon_add],
+                lambda: [x in pbf for x in canon_miss],
+                n,
+                n,
+                lambda: pbf.num_bits // 8,
+            )
+        )
+    except ImportError:
+        print("pybloomfiltermmap3 not installed: left out", file=sys.stderr)
+
+    def sha1hex(c: bytes) -> str:
+        return hashlib.sha1(c, usedforsecurity=False).hexdigest()
+
+    scrapy: set[str] = set()
+    rows.append(
+        measure(
+            Row("Scrapy's way: set of hex SHA-1", "no", "no"),
+            lambda: [scrapy.add(sha1hex(c)) for c in canon_add],
+            lambda: [sha1hex(c) in scrapy for c in canon_add],
+            lambda: [sha1hex(c) in scrapy for c in canon_miss],
+            n,
+            n,
+            lambda: sys.getsizeof(scrapy) + sum(sys.getsizeof(x) for x in scrapy),
+        )
+    )
+    raw: set[bytes] = set()
+    digest = xxhash.xxh3_64_digest
+    rows.append(
+        measure(
+            Row("set of raw 8-byte fingerprints", "no", "no"),
+            lambda: [raw.add(digest(c)) for c in canon_add],
+            lambda: [digest(c) in raw for c in canon_add],
+            lambda: [digest(c) in raw for c in canon_miss],
+            n,
+            n,
+            lambda: sys.getsizeof(raw) + sum(sys.getsizeof(x) for x in raw),
+        )
+    )
+    return rows
+
+
+def end_to_end_rows(adds: list[str], misses: list[str], tmp: str, single: int) -> list[Row]:
+    n = len(adds)
+    specs = {
+        "memory": "memory:",
+        "exact": f"exact:{tmp}/e2e.exact",
+        "bloom": f"bloom:{tmp}/e2e.bloom?capacity={n}&error={ERROR}",
+    }
+    for name in sorted(BACKENDS):  # whatever else is registered (seed stores …)
+        if name not in specs and "valkey" not in name and "redis" not in name:
+            specs[name] = f"{name}:{tmp}/e2e.{name}"
+    rows = []
+    for name, spec in specs.items():
+        for mode in ("batch", "single"):
+            try:
+                store = open_seen(spec.replace("e2e.", f"e2e-{mode}."))
+            except Exception as exc:  # a backend that needs parameters we do not know
+                print(f"{name}: not benchmarked ({exc})", file=sys.stderr)
+                break
+            stats0 = store.stats()
+            if mode == "batch":
+                row = Row(f"{name} add_many / contains_many ({BATCH:,})", "", "")
+                measure(
+                    row,
+                    lambda s=store: [s.add_many(c) for c in chunks(adds)],
+                    lambda s=store: [s.contains_many(c) for c in chunks(adds)],
+                    lambda s=store: [f for c in chunks(misses) for f in s.contains_many(c)],
+                    n,
+                    n,
+                    lambda s=store: s.stats().bytes_used,
+                )
+            else:
+                part = adds[:single]
+                row = Row(f"{name} add / `in`", "", "")
+                measure(
+                    row,
+                    lambda s=store, p=part: [s.add(u) for u in p],
+                    lambda s=store, p=part: [u in s for u in p],
+                    lambda s=store: [u in s for u in misses],
+                    single,
+                    single,
+                    lambda s=store: s.stats().bytes_used,
+                )
+                row.bytes = 0  # a partial fill says nothing about bytes per URL
+            row.persistent = "yes" if stats0.backend != "memory" else "no"
+            row.shared = "yes" if stats0.backend in ("exact", "bloom") else "see its docs"
+            rows.append(row)
+            store.close()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--urls", type=int, default=1_000_000)
+    parser.add_argument("--single", type=int, default=200_000, help="URLs for one-at-a-time runs")
+    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    args = parser.parse_args()
+    adds, misses, source = dataset(args.urls)
+    canon_time = timed(lambda: [canonicalize(u) for u in adds[:200_000]]) / 200_000
+    header = [
+        "store",
+        "add ns/URL",
+        "lookup hit ns/URL",
+        "lookup miss ns/URL",
+        "bytes/URL",
+        "measured FP",
+        "persistent",
+        "shared by processes",
+    ]
+    with tempfile.TemporaryDirectory(prefix="urlsieve-bench-") as tmp:
+        core = core_rows(adds, misses, tmp, args.single)
+        e2e = end_to_end_rows(adds, misses, tmp, args.single)
+    e2e_header = [h if h != "shared by processes" else "multi-process safe" for h in header]
+    body = f"""## Seen stores
+
+Command: `python benchmarks/seen.py --urls {args.urls} --write`  
+Data: {len(adds):,} distinct URLs to add and {len(misses):,} never added (lookup misses and
+the measured false-positive rate), from {source}, repeated with a `_r=N` query parameter per
+round. Bloom filters sized for {len(adds):,} URLs at error {ERROR}.  
+Machine: {machine()}, shared with other work while this ran: compare rows, not runs.
+Adds are timed once, lookups are the median of 3. Canonicalising a raw URL costs
+{canon_time * 1e9:,.0f} ns on this data (not included in table 1).
+
+### From canonical URLs: the stores' own cost
+
+Every contender gets the canonical URL bytes; ours hash them with xxh3 (included) and use
+the fingerprint batch API, or `add`/`in` with the canonical string (which includes the
+canonicaliser's fast path for already-canonical URLs). One-at-a-time rows use the first
+{args.single:,} URLs (bytes/URL for the filter sized for all of them).
+
+{table(header, [r.cells() for r in core])}
+
+### End to end: raw URLs through `urlsieve.open_seen(spec)`
+
+Includes canonicalisation. One-at-a-time rows use the first {args.single:,} URLs.
+
+{table(e2e_header, [r.cells() for r in e2e])}
+"""
+    print(body)
+    if args.write:
+        write_section("seen", body)
+
+
+if __name__ == "__main__":
+    main()
