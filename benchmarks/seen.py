@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 import xxhash
 
+from benchmarks import _common
 from benchmarks._common import machine, median_seconds, table, traffic_urls, write_section
 from urlsieve import InvalidURL, canonicalize
 from urlsieve.seen import BACKENDS, open_seen
@@ -48,19 +49,21 @@ ERROR = 0.001
 
 
 def dataset(n: int) -> tuple[list[str], list[str], str]:
+    """``n`` URLs to add and MISSES others, all distinct after canonicalisation."""
     base, source = traffic_urls()
-    good = []
-    for u in base:
-        try:
-            canonicalize(u)
-        except InvalidURL:
-            continue
-        good.append(u)
     out: list[str] = []
+    canonical: set[str] = set()
     rnd = 0
     while len(out) < n + MISSES:
-        for u in good:
-            out.append(u if rnd == 0 else f"{u}{'&' if '?' in u else '?'}_r={rnd}")
+        for u in base:
+            url = u if rnd == 0 else f"{u}{'&' if '?' in u else '?'}_r={rnd}"
+            try:
+                form = canonicalize(url)
+            except InvalidURL:
+                continue
+            if form not in canonical:
+                canonical.add(form)
+                out.append(url)
         rnd += 1
     return out[:n], out[n : n + MISSES], source
 
@@ -94,7 +97,7 @@ class Row:
             ns(self.add, self.n),
             ns(self.hit, self.n_hit),
             ns(self.miss, self.n_miss),
-            f"{self.bytes / self.n:.1f}",
+            f"{self.bytes / self.n:.1f}" if self.bytes else "–",
             f"{self.fp:.4%}",
             self.persistent,
             self.shared,
@@ -103,6 +106,7 @@ class Row:
 
 def measure(
     row: Row,
+    *,
     add: Callable[[], object],
     lookup_hit: Callable[[], object],
     lookup_miss: Callable[[], Iterable[bool]],
@@ -141,14 +145,16 @@ def core_rows(adds: list[str], misses: list[str], tmp: str, single: int) -> list
         row = Row(f"urlsieve bloom, batches of {BATCH:,}", "yes", "yes")
         measure(
             row,
-            lambda: [store.add_fingerprints(digests128(c)) for c in chunks(canon_add)],
-            lambda: [store.contains_fingerprints(digests128(c)) for c in chunks(canon_add)],
-            lambda: np.concatenate(
+            add=lambda: [store.add_fingerprints(digests128(c)) for c in chunks(canon_add)],
+            lookup_hit=lambda: [
+                store.contains_fingerprints(digests128(c)) for c in chunks(canon_add)
+            ],
+            lookup_miss=lambda: np.concatenate(
                 [store.contains_fingerprints(digests128(c)) for c in chunks(canon_miss)]
             ).tolist(),
-            n,
-            n,
-            lambda: os.path.getsize(f"{tmp}/core.bloom"),
+            n=n,
+            n_lookup=n,
+            size=lambda: os.path.getsize(f"{tmp}/core.bloom"),
         )
         store.close()
         return row
@@ -158,14 +164,16 @@ def core_rows(adds: list[str], misses: list[str], tmp: str, single: int) -> list
         row = Row(f"urlsieve exact, batches of {BATCH:,}", "yes", "yes")
         measure(
             row,
-            lambda: [store.add_fingerprints(digests64(c)) for c in chunks(canon_add)],
-            lambda: [store.contains_fingerprints(digests64(c)) for c in chunks(canon_add)],
-            lambda: np.concatenate(
+            add=lambda: [store.add_fingerprints(digests64(c)) for c in chunks(canon_add)],
+            lookup_hit=lambda: [
+                store.contains_fingerprints(digests64(c)) for c in chunks(canon_add)
+            ],
+            lookup_miss=lambda: np.concatenate(
                 [store.contains_fingerprints(digests64(c)) for c in chunks(canon_miss)]
             ).tolist(),
-            n,
-            n,
-            lambda: os.path.getsize(f"{tmp}/core.exact"),
+            n=n,
+            n_lookup=n,
+            size=lambda: os.path.getsize(f"{tmp}/core.exact"),
         )
         store.close()
         return row
@@ -183,14 +191,13 @@ def core_rows(adds: list[str], misses: list[str], tmp: str, single: int) -> list
         row = Row(f"urlsieve {kind}, one at a time (incl. canonical fast path)", "yes", "yes")
         measure(
             row,
-            lambda s=store, u=strings: [s.add(x) for x in u],
-            lambda s=store, u=strings: [x in s for x in u],
-            lambda s=store, u=miss_strings: [x in s for x in u],
-            single,
-            single,
-            lambda s=store: s.stats().bytes_used * single // max(1, single),
+            add=lambda s=store, u=strings: [s.add(x) for x in u],
+            lookup_hit=lambda s=store, u=strings: [x in s for x in u],
+            lookup_miss=lambda s=store, u=miss_strings: [x in s for x in u],
+            n=single,
+            n_lookup=single,
+            size=lambda: 0,  # a partial fill says nothing about bytes per URL
         )
-        row.bytes = row.bytes * n // single if kind == "bloom" else row.bytes  # sized for n
         store.close()
         rows.append(row)
 
@@ -204,12 +211,12 @@ def core_rows(adds: list[str], misses: list[str], tmp: str, single: int) -> list
         rows.append(
             measure(
                 Row("rbloom (update / `in`)", "no (salted hash)", "no"),
-                lambda: bf.update(strings),
-                lambda: [x in bf for x in strings],
-                lambda: [x in bf for x in miss_strings],
-                n,
-                n,
-                lambda: bf.size_in_bits // 8,
+                add=lambda: bf.update(strings),
+                lookup_hit=lambda: [x in bf for x in strings],
+                lookup_miss=lambda: [x in bf for x in miss_strings],
+                n=n,
+                n_lookup=n,
+                size=lambda: bf.size_in_bits // 8,
             )
         )
     except ImportError:
@@ -221,12 +228,12 @@ def core_rows(adds: list[str], misses: list[str], tmp: str, single: int) -> list
         rows.append(
             measure(
                 Row("pybloomfiltermmap3 (update / `in`)", "yes", "no (lost bits)"),
-                lambda: pbf.update(canon_add),
-                lambda: [x in pbf for x in canon_add],
-                lambda: [x in pbf for x in canon_miss],
-                n,
-                n,
-                lambda: pbf.num_bits // 8,
+                add=lambda: pbf.update(canon_add),
+                lookup_hit=lambda: [x in pbf for x in canon_add],
+                lookup_miss=lambda: [x in pbf for x in canon_miss],
+                n=n,
+                n_lookup=n,
+                size=lambda: pbf.num_bits // 8,
             )
         )
     except ImportError:
@@ -239,12 +246,12 @@ def core_rows(adds: list[str], misses: list[str], tmp: str, single: int) -> list
     rows.append(
         measure(
             Row("Scrapy's way: set of hex SHA-1", "no", "no"),
-            lambda: [scrapy.add(sha1hex(c)) for c in canon_add],
-            lambda: [sha1hex(c) in scrapy for c in canon_add],
-            lambda: [sha1hex(c) in scrapy for c in canon_miss],
-            n,
-            n,
-            lambda: sys.getsizeof(scrapy) + sum(sys.getsizeof(x) for x in scrapy),
+            add=lambda: [scrapy.add(sha1hex(c)) for c in canon_add],
+            lookup_hit=lambda: [sha1hex(c) in scrapy for c in canon_add],
+            lookup_miss=lambda: [sha1hex(c) in scrapy for c in canon_miss],
+            n=n,
+            n_lookup=n,
+            size=lambda: sys.getsizeof(scrapy) + sum(sys.getsizeof(x) for x in scrapy),
         )
     )
     raw: set[bytes] = set()
@@ -252,12 +259,12 @@ def core_rows(adds: list[str], misses: list[str], tmp: str, single: int) -> list
     rows.append(
         measure(
             Row("set of raw 8-byte fingerprints", "no", "no"),
-            lambda: [raw.add(digest(c)) for c in canon_add],
-            lambda: [digest(c) in raw for c in canon_add],
-            lambda: [digest(c) in raw for c in canon_miss],
-            n,
-            n,
-            lambda: sys.getsizeof(raw) + sum(sys.getsizeof(x) for x in raw),
+            add=lambda: [raw.add(digest(c)) for c in canon_add],
+            lookup_hit=lambda: [digest(c) in raw for c in canon_add],
+            lookup_miss=lambda: [digest(c) in raw for c in canon_miss],
+            n=n,
+            n_lookup=n,
+            size=lambda: sys.getsizeof(raw) + sum(sys.getsizeof(x) for x in raw),
         )
     )
     return rows
@@ -286,26 +293,27 @@ def end_to_end_rows(adds: list[str], misses: list[str], tmp: str, single: int) -
                 row = Row(f"{name} add_many / contains_many ({BATCH:,})", "", "")
                 measure(
                     row,
-                    lambda s=store: [s.add_many(c) for c in chunks(adds)],
-                    lambda s=store: [s.contains_many(c) for c in chunks(adds)],
-                    lambda s=store: [f for c in chunks(misses) for f in s.contains_many(c)],
-                    n,
-                    n,
-                    lambda s=store: s.stats().bytes_used,
+                    add=lambda s=store: [s.add_many(c) for c in chunks(adds)],
+                    lookup_hit=lambda s=store: [s.contains_many(c) for c in chunks(adds)],
+                    lookup_miss=lambda s=store: [
+                        f for c in chunks(misses) for f in s.contains_many(c)
+                    ],
+                    n=n,
+                    n_lookup=n,
+                    size=lambda s=store: s.stats().bytes_used,
                 )
             else:
                 part = adds[:single]
                 row = Row(f"{name} add / `in`", "", "")
                 measure(
                     row,
-                    lambda s=store, p=part: [s.add(u) for u in p],
-                    lambda s=store, p=part: [u in s for u in p],
-                    lambda s=store: [u in s for u in misses],
-                    single,
-                    single,
-                    lambda s=store: s.stats().bytes_used,
+                    add=lambda s=store, p=part: [s.add(u) for u in p],
+                    lookup_hit=lambda s=store, p=part: [u in s for u in p],
+                    lookup_miss=lambda s=store: [u in s for u in misses],
+                    n=single,
+                    n_lookup=single,
+                    size=lambda: 0,  # a partial fill says nothing about bytes per URL
                 )
-                row.bytes = 0  # a partial fill says nothing about bytes per URL
             row.persistent = "yes" if stats0.backend != "memory" else "no"
             row.shared = "yes" if stats0.backend in ("exact", "bloom") else "see its docs"
             rows.append(row)
@@ -318,7 +326,12 @@ def main() -> None:
     parser.add_argument("--urls", type=int, default=1_000_000)
     parser.add_argument("--single", type=int, default=200_000, help="URLs for one-at-a-time runs")
     parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    parser.add_argument(
+        "--data", type=Path, help="the shared data directory (default: ../shared/data)"
+    )
     args = parser.parse_args()
+    if args.data:
+        _common.SHARED_DATA = args.data
     adds, misses, source = dataset(args.urls)
     canon_time = timed(lambda: [canonicalize(u) for u in adds[:200_000]]) / 200_000
     header = [
@@ -337,10 +350,13 @@ def main() -> None:
     e2e_header = [h if h != "shared by processes" else "multi-process safe" for h in header]
     body = f"""## Seen stores
 
-Command: `python benchmarks/seen.py --urls {args.urls} --write`  
+Command: `python benchmarks/seen.py {" ".join(sys.argv[1:])}`
+
 Data: {len(adds):,} distinct URLs to add and {len(misses):,} never added (lookup misses and
 the measured false-positive rate), from {source}, repeated with a `_r=N` query parameter per
-round. Bloom filters sized for {len(adds):,} URLs at error {ERROR}.  
+round, all distinct after canonicalisation. Bloom filters sized for {len(adds):,} URLs at
+error {ERROR}.
+
 Machine: {machine()}, shared with other work while this ran: compare rows, not runs.
 Adds are timed once, lookups are the median of 3. Canonicalising a raw URL costs
 {canon_time * 1e9:,.0f} ns on this data (not included in table 1).
