@@ -140,45 +140,26 @@ def core_rows(adds: list[str], misses: list[str], tmp: str, single: int) -> list
     rows = []
 
     # --- ours, batch: hash + fingerprint API, in batches of BATCH
-    def bloom_batch() -> Row:
-        store = BloomStore(f"{tmp}/core.bloom", capacity=n, error=ERROR)
-        row = Row(f"urlsieve bloom, batches of {BATCH:,}", "yes", "yes")
+    def batch_row(kind: str, store: Any, digests: Callable[[list[bytes]], np.ndarray]) -> Row:
+        row = Row(f"urlsieve {kind}, batches of {BATCH:,}", "yes", "yes")
         measure(
             row,
-            add=lambda: [store.add_fingerprints(digests128(c)) for c in chunks(canon_add)],
-            lookup_hit=lambda: [
-                store.contains_fingerprints(digests128(c)) for c in chunks(canon_add)
-            ],
+            add=lambda: [store.add_fingerprints(digests(c)) for c in chunks(canon_add)],
+            lookup_hit=lambda: [store.contains_fingerprints(digests(c)) for c in chunks(canon_add)],
             lookup_miss=lambda: np.concatenate(
-                [store.contains_fingerprints(digests128(c)) for c in chunks(canon_miss)]
+                [store.contains_fingerprints(digests(c)) for c in chunks(canon_miss)]
             ).tolist(),
             n=n,
             n_lookup=n,
-            size=lambda: os.path.getsize(f"{tmp}/core.bloom"),
+            size=lambda: os.path.getsize(store.path),
         )
         store.close()
         return row
 
-    def exact_batch() -> Row:
-        store = ExactStore(f"{tmp}/core.exact")
-        row = Row(f"urlsieve exact, batches of {BATCH:,}", "yes", "yes")
-        measure(
-            row,
-            add=lambda: [store.add_fingerprints(digests64(c)) for c in chunks(canon_add)],
-            lookup_hit=lambda: [
-                store.contains_fingerprints(digests64(c)) for c in chunks(canon_add)
-            ],
-            lookup_miss=lambda: np.concatenate(
-                [store.contains_fingerprints(digests64(c)) for c in chunks(canon_miss)]
-            ).tolist(),
-            n=n,
-            n_lookup=n,
-            size=lambda: os.path.getsize(f"{tmp}/core.exact"),
-        )
-        store.close()
-        return row
-
-    rows += [bloom_batch(), exact_batch()]
+    rows.append(
+        batch_row("bloom", BloomStore(f"{tmp}/core.bloom", capacity=n, error=ERROR), digests128)
+    )
+    rows.append(batch_row("exact", ExactStore(f"{tmp}/core.exact"), digests64))
 
     # --- ours, one URL at a time (the canonical URL string: canonicalisation's fast path)
     for kind, spec in (

@@ -166,6 +166,21 @@ def reserve(fd: int, offset: int, length: int, path: str, doing: str) -> None:
         raise os_error(exc, path, doing) from exc
 
 
+def new_file(tmp: str, size: int, path: str, doing: str) -> int:
+    """Create ``tmp`` exclusively with ``size`` bytes reserved; its descriptor, or a store error."""
+    try:
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise os_error(exc, path, doing) from exc
+    try:
+        reserve(fd, 0, size, path, doing)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    return fd
+
+
 class MappedStore:
     """Base of the file-backed stores: one file, memory-mapped shared, locked per write."""
 
@@ -288,12 +303,8 @@ class MappedStore:
         if directory and not os.path.isdir(directory):
             raise StoreError(f"{self._path}: directory {directory} does not exist; create it first")
         tmp = f"{self._path}.new-{os.getpid()}-{threading.get_ident()}.tmp"
+        fd = new_file(tmp, size, self._path, f"creating the store ({size:,} bytes)")
         try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise os_error(exc, self._path, "creating the store") from exc
-        try:
-            reserve(fd, 0, size, self._path, f"creating the store ({size:,} bytes)")
             with mmap.mmap(fd, size, access=mmap.ACCESS_WRITE) as mm:
                 mm[: CRC_OFFSET + 4] = pack_static(self.KIND, self.VERSION, self._profile, params)
                 words = np.frombuffer(mm, dtype=np.uint64)

@@ -42,10 +42,10 @@ from urlsieve.seen._mapped import (
     W_RETIRED,
     MappedStore,
     fsync_dir,
+    new_file,
     os_error,
     pack_static,
     rank_in_groups,
-    reserve,
 )
 from urlsieve.seen.base import StoreStats
 from urlsieve.url import FILTER, Profile
@@ -214,12 +214,8 @@ class ExactStore(MappedStore):
             os.unlink(stale)  # left by a writer killed while growing (we hold the lock)
         tmp = f"{self._path}.grow-{os.getpid()}.tmp"
         size = HEADER_SIZE + buckets * SLOTS * 8
+        fd = new_file(tmp, size, self._path, f"growing the table to {size:,} bytes")
         try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise os_error(exc, self._path, "growing the table") from exc
-        try:
-            reserve(fd, 0, size, self._path, f"growing the table to {size:,} bytes")
             with mmap.mmap(fd, size, access=mmap.ACCESS_WRITE) as mm:
                 mm[:256] = pack_static(
                     self.KIND, self.VERSION, self._profile, _PARAMS.pack(buckets)
