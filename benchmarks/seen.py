@@ -302,6 +302,59 @@ def end_to_end_rows(adds: list[str], misses: list[str], tmp: str, single: int) -
     return rows
 
 
+def verdicts(core: list[Row]) -> str:
+    """The issue's goals, checked against this run's table 1."""
+    by = {
+        row.name.split(",")[0].split(" (")[0]: row
+        for row in core
+        if "one at a time" not in row.name
+    }
+    bloom, exact = by.get("urlsieve bloom"), by.get("urlsieve exact")
+    rb, pb, scrapy = (
+        by.get("rbloom"),
+        by.get("pybloomfiltermmap3"),
+        by.get("Scrapy's way: set of hex SHA-1"),
+    )
+    lines = []
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}×"
+
+    def per(row: Row) -> tuple[float, float, float]:
+        return row.add / row.n, row.hit / row.n_hit, row.miss / row.n_miss
+
+    if bloom and rb:
+        ours, theirs = per(bloom), per(rb)
+        ok = all(o <= 2 * t for o, t in zip(ours, theirs, strict=True))
+        lines.append(
+            f"- bloom batch within 2× of rbloom (add, hit, miss): "
+            f"{', '.join(ratio(o, t) for o, t in zip(ours, theirs, strict=True))} — "
+            + ("met" if ok else "**missed**")
+        )
+    if bloom and pb:
+        ours, theirs = per(bloom), per(pb)
+        ok = all(o < t for o, t in zip(ours, theirs, strict=True))
+        lines.append(
+            f"- bloom batch faster than pybloomfiltermmap3 (add, hit, miss): "
+            f"{', '.join(ratio(o, t) for o, t in zip(ours, theirs, strict=True))} — "
+            + ("met" if ok else "**missed**")
+        )
+    if exact:
+        size = exact.bytes / exact.n
+        lines.append(
+            f"- exact ≤ 16 bytes/URL: {size:.1f} — " + ("met" if size <= 16 else "**missed**")
+        )
+    if exact and scrapy:
+        ours, theirs = per(exact), per(scrapy)
+        ok = all(o < t for o, t in zip(ours, theirs, strict=True))
+        lines.append(
+            f"- exact batch faster than Scrapy's set (add, hit, miss): "
+            f"{', '.join(ratio(o, t) for o, t in zip(ours, theirs, strict=True))} — "
+            + ("met" if ok else "**missed**")
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--urls", type=int, default=1_000_000)
@@ -350,6 +403,10 @@ canonicaliser's fast path for already-canonical URLs). One-at-a-time rows use th
 {args.single:,} URLs (bytes/URL for the filter sized for all of them).
 
 {table(header, [r.cells() for r in core])}
+
+Goals (ratios are ours / theirs, from this table):
+
+{verdicts(core)}
 
 ### End to end: raw URLs through `urlsieve.open_seen(spec)`
 
