@@ -23,4 +23,20 @@ class StoreCase:
 
 CASES: list[StoreCase] = [
     StoreCase("memory", lambda request, tmp: "memory:", exact=True, persistent=False),
+    StoreCase("exact", lambda request, tmp: f"exact:{tmp}/seen.exact", exact=True, persistent=True),
+    StoreCase(
+        "exact-growing",  # starts tiny: the contract runs across many growths
+        lambda request, tmp: f"exact:{tmp}/seen.exact?capacity=10",
+        exact=True,
+        persistent=True,
+    ),
+    StoreCase(
+        "bloom", lambda request, tmp: f"bloom:{tmp}/seen.bloom", exact=False, persistent=True
+    ),
+    StoreCase(
+        "bloom-growing",  # starts tiny: the contract runs across many layers
+        lambda request, tmp: f"bloom:{tmp}/seen.bloom?capacity=500&error=0.001",
+        exact=False,
+        persistent=True,
+    ),
 ]

@@ -13,12 +13,12 @@ import sys
 from collections.abc import Sequence
 
 from urlsieve import __version__
-from urlsieve.cli import canon, demo
+from urlsieve.cli import canon, dedup, demo
 from urlsieve.exceptions import UrlsieveError
 
 __all__ = ["build_parser", "console_main", "main"]
 
-SUBCOMMANDS = (demo, canon)
+SUBCOMMANDS = (demo, canon, dedup)
 
 
 def build_parser() -> argparse.ArgumentParser:

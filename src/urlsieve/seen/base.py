@@ -180,6 +180,10 @@ class Backend:
 #: Backends by spec prefix. Add one with :func:`register_backend`.
 BACKENDS: dict[str, Backend] = {
     "memory": Backend("urlsieve.seen.memory:MemoryStore", {}),
+    "exact": Backend("urlsieve.seen.exact:ExactStore", {"capacity": int, "readonly": bool}),
+    "bloom": Backend(
+        "urlsieve.seen.bloom:BloomStore", {"capacity": int, "error": float, "readonly": bool}
+    ),
 }
 
 

@@ -1,0 +1,423 @@
+"""Seen stores: urlsieve's backends against the sets and Bloom filters a crawler would use instead.
+
+Run: ``python benchmarks/seen.py [--urls 1000000] [--write]`` (peers from the ``bench`` extra:
+rbloom, pybloomfiltermmap3; each is left out with a note when missing).
+
+Data: the real traffic URLs repeated with variations (a query parameter per
+round) up to ``--urls`` distinct URLs to add, plus 200,000 others never
+added, for lookup misses and the measured false-positive rate.
+
+Two tables:
+
+1. *From canonical URLs*: every contender starts from the same canonical URL
+   bytes (canonicalisation is done once, up front, and timed on its own): ours
+   hash them (xxh3) and call the fingerprint batch API or ``add``; the peers
+   hash them their own way. This is the store's own cost.
+2. *End to end*: every registered urlsieve backend from raw URL strings, with
+   canonicalisation, as an application calls it (``add_many``/``add``).
+
+Adds are timed once (they change the store); lookups are the median of 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+import xxhash
+
+from benchmarks import _common
+from benchmarks._common import machine, median_seconds, table, traffic_urls, write_section
+from urlsieve import InvalidURL, canonicalize
+from urlsieve.seen import BACKENDS, open_seen
+from urlsieve.seen.bloom import BloomStore
+from urlsieve.seen.exact import ExactStore
+
+MISSES = 200_000
+BATCH = 10_000
+ERROR = 0.001
+
+
+def dataset(n: int) -> tuple[list[str], list[str], str]:
+    """``n`` URLs to add and MISSES others, all distinct after canonicalisation."""
+    base, source = traffic_urls()
+    out: list[str] = []
+    canonical: set[str] = set()
+    rnd = 0
+    while len(out) < n + MISSES:
+        for u in base:
+            url = u if rnd == 0 else f"{u}{'&' if '?' in u else '?'}_r={rnd}"
+            try:
+                form = canonicalize(url)
+            except InvalidURL:
+                continue
+            if form not in canonical:
+                canonical.add(form)
+                out.append(url)
+        rnd += 1
+    return out[:n], out[n : n + MISSES], source
+
+
+def chunks(items: list[Any], size: int = BATCH) -> Iterable[list[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def ns(seconds: float, n: int) -> str:
+    return f"{seconds / n * 1e9:,.0f}"
+
+
+class Row:
+    def __init__(self, name: str, persistent: str, shared: str) -> None:
+        self.name, self.persistent, self.shared = name, persistent, shared
+        self.add = self.hit = self.miss = float("nan")
+        self.n = self.n_hit = self.n_miss = 1
+        self.bytes = 0
+        self.fp = 0.0
+
+    def cells(self) -> list[str]:
+        return [
+            self.name,
+            ns(self.add, self.n),
+            ns(self.hit, self.n_hit),
+            ns(self.miss, self.n_miss),
+            f"{self.bytes / self.n:.1f}" if self.bytes else "–",
+            f"{self.fp:.4%}",
+            self.persistent,
+            self.shared,
+        ]
+
+
+def measure(
+    row: Row,
+    *,
+    add: Callable[[], object],
+    lookup_hit: Callable[[], object],
+    lookup_miss: Callable[[], Iterable[bool]],
+    n: int,
+    n_lookup: int,
+    size: Callable[[], int],
+) -> Row:
+    row.n, row.n_hit, row.n_miss = n, n_lookup, MISSES
+    row.add = timed(add)
+    row.hit = median_seconds(lookup_hit, repeats=3)
+    row.miss = median_seconds(lambda: list(lookup_miss()), repeats=3)
+    row.fp = sum(lookup_miss()) / MISSES
+    row.bytes = size()
+    print(" | ".join(row.cells()), file=sys.stderr)
+    return row
+
+
+def digests128(canon: list[bytes]) -> np.ndarray:
+    joined = b"".join([xxhash.xxh3_128_digest(c) for c in canon])
+    return np.frombuffer(joined, dtype=">u8").astype(np.uint64).reshape(-1, 2)
+
+
+def digests64(canon: list[bytes]) -> np.ndarray:
+    return np.array([xxhash.xxh3_64_intdigest(c) for c in canon], dtype=np.uint64)
+
+
+def core_rows(adds: list[str], misses: list[str], tmp: str, single: int) -> list[Row]:
+    canon_add = [canonicalize(u).encode("ascii") for u in adds]
+    canon_miss = [canonicalize(u).encode("ascii") for u in misses]
+    n = len(canon_add)
+    rows = []
+
+    # --- ours, batch: hash + fingerprint API, in batches of BATCH
+    def batch_row(kind: str, store: Any, digests: Callable[[list[bytes]], np.ndarray]) -> Row:
+        row = Row(f"urlsieve {kind}, batches of {BATCH:,}", "yes", "yes")
+        measure(
+            row,
+            add=lambda: [store.add_fingerprints(digests(c)) for c in chunks(canon_add)],
+            lookup_hit=lambda: [store.contains_fingerprints(digests(c)) for c in chunks(canon_add)],
+            lookup_miss=lambda: np.concatenate(
+                [store.contains_fingerprints(digests(c)) for c in chunks(canon_miss)]
+            ).tolist(),
+            n=n,
+            n_lookup=n,
+            size=lambda: os.path.getsize(store.path),
+        )
+        store.close()
+        return row
+
+    rows.append(
+        batch_row("bloom", BloomStore(f"{tmp}/core.bloom", capacity=n, error=ERROR), digests128)
+    )
+    rows.append(batch_row("exact", ExactStore(f"{tmp}/core.exact"), digests64))
+
+    # --- ours, one URL at a time (the canonical URL string: canonicalisation's fast path)
+    for kind, spec in (
+        ("bloom", f"bloom:{tmp}/single.bloom?capacity={n}&error={ERROR}"),
+        ("exact", f"exact:{tmp}/single.exact"),
+    ):
+        store = open_seen(spec)
+        strings = [c.decode() for c in canon_add[:single]]
+        miss_strings = [c.decode() for c in canon_miss]
+        row = Row(f"urlsieve {kind}, one at a time (incl. canonical fast path)", "yes", "yes")
+        measure(
+            row,
+            add=lambda s=store, u=strings: [s.add(x) for x in u],
+            lookup_hit=lambda s=store, u=strings: [x in s for x in u],
+            lookup_miss=lambda s=store, u=miss_strings: [x in s for x in u],
+            n=single,
+            n_lookup=single,
+            size=lambda: 0,  # a partial fill says nothing about bytes per URL
+        )
+        store.close()
+        rows.append(row)
+
+    # --- peers
+    try:
+        import rbloom
+
+        bf = rbloom.Bloom(n, ERROR)
+        strings = [c.decode() for c in canon_add]
+        miss_strings = [c.decode() for c in canon_miss]
+        rows.append(
+            measure(
+                Row("rbloom (update / `in`)", "no (salted hash)", "no"),
+                add=lambda: bf.update(strings),
+                lookup_hit=lambda: [x in bf for x in strings],
+                lookup_miss=lambda: [x in bf for x in miss_strings],
+                n=n,
+                n_lookup=n,
+                size=lambda: bf.size_in_bits // 8,
+            )
+        )
+    except ImportError:
+        print("rbloom not installed: left out", file=sys.stderr)
+    try:
+        import pybloomfilter
+
+        pbf = pybloomfilter.BloomFilter(n, ERROR, f"{tmp}/pybloom.bf")
+        rows.append(
+            measure(
+                Row("pybloomfiltermmap3 (update / `in`)", "yes", "no (lost bits)"),
+                add=lambda: pbf.update(canon_add),
+                lookup_hit=lambda: [x in pbf for x in canon_add],
+                lookup_miss=lambda: [x in pbf for x in canon_miss],
+                n=n,
+                n_lookup=n,
+                size=lambda: pbf.num_bits // 8,
+            )
+        )
+    except ImportError:
+        print("pybloomfiltermmap3 not installed: left out", file=sys.stderr)
+
+    def sha1hex(c: bytes) -> str:
+        return hashlib.sha1(c, usedforsecurity=False).hexdigest()
+
+    scrapy: set[str] = set()
+    rows.append(
+        measure(
+            Row("Scrapy's way: set of hex SHA-1", "no", "no"),
+            add=lambda: [scrapy.add(sha1hex(c)) for c in canon_add],
+            lookup_hit=lambda: [sha1hex(c) in scrapy for c in canon_add],
+            lookup_miss=lambda: [sha1hex(c) in scrapy for c in canon_miss],
+            n=n,
+            n_lookup=n,
+            size=lambda: sys.getsizeof(scrapy) + sum(sys.getsizeof(x) for x in scrapy),
+        )
+    )
+    raw: set[bytes] = set()
+    digest = xxhash.xxh3_64_digest
+    rows.append(
+        measure(
+            Row("set of raw 8-byte fingerprints", "no", "no"),
+            add=lambda: [raw.add(digest(c)) for c in canon_add],
+            lookup_hit=lambda: [digest(c) in raw for c in canon_add],
+            lookup_miss=lambda: [digest(c) in raw for c in canon_miss],
+            n=n,
+            n_lookup=n,
+            size=lambda: sys.getsizeof(raw) + sum(sys.getsizeof(x) for x in raw),
+        )
+    )
+    return rows
+
+
+def end_to_end_rows(adds: list[str], misses: list[str], tmp: str, single: int) -> list[Row]:
+    n = len(adds)
+    specs = {
+        "memory": "memory:",
+        "exact": f"exact:{tmp}/e2e.exact",
+        "bloom": f"bloom:{tmp}/e2e.bloom?capacity={n}&error={ERROR}",
+    }
+    for name in sorted(BACKENDS):  # whatever else is registered (seed stores …)
+        if name not in specs and "valkey" not in name and "redis" not in name:
+            specs[name] = f"{name}:{tmp}/e2e.{name}"
+    rows = []
+    for name, spec in specs.items():
+        for mode in ("batch", "single"):
+            try:
+                store = open_seen(spec.replace("e2e.", f"e2e-{mode}."))
+            except Exception as exc:  # a backend that needs parameters we do not know
+                print(f"{name}: not benchmarked ({exc})", file=sys.stderr)
+                break
+            stats0 = store.stats()
+            if mode == "batch":
+                row = Row(f"{name} add_many / contains_many ({BATCH:,})", "", "")
+                measure(
+                    row,
+                    add=lambda s=store: [s.add_many(c) for c in chunks(adds)],
+                    lookup_hit=lambda s=store: [s.contains_many(c) for c in chunks(adds)],
+                    lookup_miss=lambda s=store: [
+                        f for c in chunks(misses) for f in s.contains_many(c)
+                    ],
+                    n=n,
+                    n_lookup=n,
+                    size=lambda s=store: s.stats().bytes_used,
+                )
+            else:
+                part = adds[:single]
+                row = Row(f"{name} add / `in`", "", "")
+                measure(
+                    row,
+                    add=lambda s=store, p=part: [s.add(u) for u in p],
+                    lookup_hit=lambda s=store, p=part: [u in s for u in p],
+                    lookup_miss=lambda s=store: [u in s for u in misses],
+                    n=single,
+                    n_lookup=single,
+                    size=lambda: 0,  # a partial fill says nothing about bytes per URL
+                )
+            row.persistent = "yes" if stats0.backend != "memory" else "no"
+            row.shared = "yes" if stats0.backend in ("exact", "bloom") else "see its docs"
+            rows.append(row)
+            store.close()
+    return rows
+
+
+def verdicts(core: list[Row]) -> str:
+    """The issue's goals, checked against this run's table 1."""
+    by = {
+        row.name.split(",")[0].split(" (")[0]: row
+        for row in core
+        if "one at a time" not in row.name
+    }
+    bloom, exact = by.get("urlsieve bloom"), by.get("urlsieve exact")
+    rb, pb, scrapy = (
+        by.get("rbloom"),
+        by.get("pybloomfiltermmap3"),
+        by.get("Scrapy's way: set of hex SHA-1"),
+    )
+    lines = []
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}×"
+
+    def per(row: Row) -> tuple[float, float, float]:
+        return row.add / row.n, row.hit / row.n_hit, row.miss / row.n_miss
+
+    if bloom and rb:
+        ours, theirs = per(bloom), per(rb)
+        ok = all(o <= 2 * t for o, t in zip(ours, theirs, strict=True))
+        lines.append(
+            f"- bloom batch within 2× of rbloom (add, hit, miss): "
+            f"{', '.join(ratio(o, t) for o, t in zip(ours, theirs, strict=True))} — "
+            + ("met" if ok else "**missed**")
+        )
+    if bloom and pb:
+        ours, theirs = per(bloom), per(pb)
+        ok = all(o < t for o, t in zip(ours, theirs, strict=True))
+        lines.append(
+            f"- bloom batch faster than pybloomfiltermmap3 (add, hit, miss): "
+            f"{', '.join(ratio(o, t) for o, t in zip(ours, theirs, strict=True))} — "
+            + ("met" if ok else "**missed**")
+        )
+    if exact:
+        size = exact.bytes / exact.n
+        lines.append(
+            f"- exact ≤ 16 bytes/URL: {size:.1f} — " + ("met" if size <= 16 else "**missed**")
+        )
+    if exact and scrapy:
+        ours, theirs = per(exact), per(scrapy)
+        ok = all(o < t for o, t in zip(ours, theirs, strict=True))
+        lines.append(
+            f"- exact batch faster than Scrapy's set (add, hit, miss): "
+            f"{', '.join(ratio(o, t) for o, t in zip(ours, theirs, strict=True))} — "
+            + ("met" if ok else "**missed**")
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--urls", type=int, default=1_000_000)
+    parser.add_argument("--single", type=int, default=200_000, help="URLs for one-at-a-time runs")
+    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    parser.add_argument(
+        "--data", type=Path, help="the shared data directory (default: ../shared/data)"
+    )
+    args = parser.parse_args()
+    if args.data:
+        _common.SHARED_DATA = args.data
+    adds, misses, source = dataset(args.urls)
+    canon_time = timed(lambda: [canonicalize(u) for u in adds[:200_000]]) / 200_000
+    header = [
+        "store",
+        "add ns/URL",
+        "lookup hit ns/URL",
+        "lookup miss ns/URL",
+        "bytes/URL",
+        "measured FP",
+        "persistent",
+        "shared by processes",
+    ]
+    with tempfile.TemporaryDirectory(prefix="urlsieve-bench-") as tmp:
+        core = core_rows(adds, misses, tmp, args.single)
+        e2e = end_to_end_rows(adds, misses, tmp, args.single)
+    e2e_header = [h if h != "shared by processes" else "multi-process safe" for h in header]
+    body = f"""## Seen stores
+
+Command: `python benchmarks/seen.py {" ".join(sys.argv[1:])}`
+
+Data: {len(adds):,} distinct URLs to add and {len(misses):,} never added (lookup misses and
+the measured false-positive rate), from {source}, repeated with a `_r=N` query parameter per
+round, all distinct after canonicalisation. Bloom filters sized for {len(adds):,} URLs at
+error {ERROR}.
+
+Machine: {machine()}, shared with other work while this ran: compare rows, not runs.
+Adds are timed once, lookups are the median of 3. Canonicalising a raw URL costs
+{canon_time * 1e9:,.0f} ns on this data (not included in table 1).
+
+### From canonical URLs: the stores' own cost
+
+Every contender gets the canonical URL bytes; ours hash them with xxh3 (included) and use
+the fingerprint batch API, or `add`/`in` with the canonical string (which includes the
+canonicaliser's fast path for already-canonical URLs). One-at-a-time rows use the first
+{args.single:,} URLs (bytes/URL for the filter sized for all of them).
+
+{table(header, [r.cells() for r in core])}
+
+Goals (ratios are ours / theirs, from this table):
+
+{verdicts(core)}
+
+### End to end: raw URLs through `urlsieve.open_seen(spec)`
+
+Includes canonicalisation. One-at-a-time rows use the first {args.single:,} URLs.
+
+{table(e2e_header, [r.cells() for r in e2e])}
+"""
+    print(body)
+    if args.write:
+        write_section("seen", body)
+
+
+if __name__ == "__main__":
+    main()

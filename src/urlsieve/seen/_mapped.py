@@ -1,0 +1,481 @@
+"""What the memory-mapped stores (``exact:``, ``bloom:``) share: file header, creation, locking.
+
+File layout (little-endian)::
+
+    0     magic  b"URLSIEVE"
+    8     kind   b"exact\\0\\0\\0" | b"bloom\\0\\0\\0"
+    16    format version (u32), header size (u32)
+    24    profile ident, 64 bytes, NUL-padded (``filter/1``)
+    88    kind-specific parameters (160 bytes)
+    252   CRC-32 of bytes 0..251                       -- the static header ends here
+    256   dynamic words (u64): dirty, retired, count, … -- written while the store is used
+    512   kind-specific dynamic area (bloom: the layer table)
+    4096  data
+
+The static header is written once, when the file is created, and is checked
+on every open. The dynamic words are single aligned 8-byte stores, so a
+process killed between two of them never leaves a torn word behind.
+
+**Concurrency.** Writers take an exclusive ``flock`` on the file for the
+duration of one ``add`` or one batch (fingerprints are computed before, so
+the critical section is only the table update). ``flock`` belongs to the
+open file description, so two store objects in one process exclude each
+other too, and a forked child reopens the file instead of sharing its
+parent's lock. A writer sets the *dirty* word when it takes the lock and
+clears it when it is done; a writer that finds it set knows the previous
+one died mid-update and repairs what the store needs repaired.
+
+**Creation** is atomic: the file is written under a temporary name, with
+its space reserved (``posix_fallocate``, so a full disk is an error at once
+and never a ``SIGBUS`` on a page fault later), synced, and linked into place.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import mmap
+import os
+import struct
+import threading
+import zlib
+from contextlib import suppress
+from types import TracebackType
+from typing import ClassVar, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from urlsieve.exceptions import (
+    ProfileMismatch,
+    StoreCorrupt,
+    StoreError,
+    StoreFull,
+    StoreReadOnly,
+)
+from urlsieve.url import FILTER, Profile
+
+__all__ = ["HEADER_SIZE", "MappedStore", "os_error", "rank_in_groups"]
+
+HEADER_SIZE = 4096
+MAGIC = b"URLSIEVE"
+PARAMS_OFFSET = 88
+PARAMS_SIZE = 160
+CRC_OFFSET = 252
+_STATIC = struct.Struct("<8s8sII64s")
+
+# Dynamic header words (index into the file as an array of u64).
+W_DIRTY = 32
+W_RETIRED = 33
+W_COUNT = 34
+W_NLAYERS = 35
+
+U64 = npt.NDArray[np.uint64]
+
+
+#: Bumped in a forked child, so that stores reopen their file there instead of sharing
+#: the parent's descriptor (and with it the parent's lock).
+_forks = [0]
+
+
+def _after_fork() -> None:
+    _forks[0] += 1
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+class _Session:
+    """``with store._reading:`` / ``with store._writing:`` (a class: cheaper than a generator)."""
+
+    __slots__ = ("_store", "_write")
+
+    def __init__(self, store: MappedStore, write: bool) -> None:
+        self._store = store
+        self._write = write
+
+    def __enter__(self) -> None:
+        store = self._store
+        store._lock.acquire()
+        try:
+            if self._write:
+                store._begin_write()
+            else:
+                store._begin_read()
+        except BaseException:
+            store._lock.release()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        store = self._store
+        try:
+            if self._write:
+                store._end_write(exc_type is None)
+        finally:
+            store._lock.release()
+
+
+def os_error(exc: OSError, path: str, doing: str) -> StoreError:
+    """Translate an OS error met while ``doing`` something to ``path`` into a store error."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return StoreFull(
+            f"{path}: no space left while {doing} ({reason}); nothing was added: "
+            "free disk space, raise the size limit, or move the store elsewhere"
+        )
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return StoreReadOnly(
+            f"{path}: cannot write while {doing} ({reason}): fix the permissions, "
+            "or open it with ?readonly=1 to look URLs up without adding"
+        )
+    return StoreError(f"{path}: {reason} while {doing}")
+
+
+def pack_static(kind: bytes, version: int, profile: Profile, params: bytes) -> bytes:
+    ident = profile.ident.encode("utf-8")
+    if len(ident) > 64:
+        raise StoreError(f"profile ident {profile.ident!r} is longer than 64 bytes")
+    head = _STATIC.pack(MAGIC, kind, version, HEADER_SIZE, ident) + params.ljust(PARAMS_SIZE, b"\0")
+    head = head.ljust(CRC_OFFSET, b"\0")
+    return head + struct.pack("<I", zlib.crc32(head))
+
+
+def fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def reserve(fd: int, offset: int, length: int, path: str, doing: str) -> None:
+    """Allocate ``length`` bytes at ``offset`` for real (zeroed), or raise :class:`StoreFull`."""
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as exc:
+        raise os_error(exc, path, doing) from exc
+
+
+def new_file(tmp: str, size: int, path: str, doing: str) -> int:
+    """Create ``tmp`` exclusively with ``size`` bytes reserved; its descriptor, or a store error."""
+    try:
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise os_error(exc, path, doing) from exc
+    try:
+        reserve(fd, 0, size, path, doing)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    return fd
+
+
+class MappedStore:
+    """Base of the file-backed stores: one file, memory-mapped shared, locked per write."""
+
+    KIND: ClassVar[bytes]
+    NAME: ClassVar[str]
+    VERSION: ClassVar[int] = 1
+
+    _words: U64  # the whole file as u64 words (header included)
+    _mv: memoryview  # the same as a memoryview of 'Q', for fast scalar access
+
+    def __init__(self, location: str, *, profile: Profile = FILTER, readonly: bool = False) -> None:
+        if not location:
+            raise StoreError(
+                f"{self.NAME}: needs a file path, "
+                f"e.g. '{self.NAME}:/var/lib/crawl/seen.{self.NAME}'"
+            )
+        self._path = os.path.abspath(location)
+        self._profile = profile
+        self._readonly = readonly
+        self._lock = threading.RLock()
+        self._fd = -1
+        self._mm: mmap.mmap | None = None
+        self._generation = _forks[0]
+        self._reading = _Session(self, write=False)
+        self._writing = _Session(self, write=True)
+        self._attach()
+        if not readonly:
+            with self._writing:  # repairs what a writer killed mid-update left behind
+                pass
+
+    # ------------------------------------------------------------------ opening
+
+    @property
+    def profile(self) -> Profile:
+        return self._profile
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def _attach(self) -> None:
+        """Open (creating if needed and allowed) the file at ``self._path`` and map it."""
+        flags = os.O_RDONLY if self._readonly else os.O_RDWR
+        for _ in range(100):
+            try:
+                fd = os.open(self._path, flags | os.O_CLOEXEC)
+            except FileNotFoundError:
+                if self._readonly:
+                    raise StoreError(
+                        f"{self._path}: no {self.NAME} store there; open it once without "
+                        "?readonly=1 to create it"
+                    ) from None
+                self._create()
+                continue
+            except OSError as exc:
+                raise os_error(exc, self._path, "opening") from exc
+            try:
+                self._fd = fd
+                self._map()
+            except BaseException:
+                self._unmap()
+                os.close(fd)
+                self._fd = -1
+                raise
+            self._generation = _forks[0]
+            return
+        raise StoreError(f"{self._path}: the file keeps changing while it is opened")
+
+    def _map(self) -> None:
+        size = os.fstat(self._fd).st_size
+        if size < HEADER_SIZE:
+            raise StoreCorrupt(
+                f"{self._path}: truncated ({size} bytes, a store has at least {HEADER_SIZE}); "
+                "restore it from a backup or delete it to start afresh"
+            )
+        access = mmap.ACCESS_READ if self._readonly else mmap.ACCESS_WRITE
+        self._mm = mm = mmap.mmap(self._fd, size, access=access)
+        self._check_static(bytes(mm[: CRC_OFFSET + 4]))
+        self._words = np.frombuffer(mm, dtype=np.uint64)
+        self._mv = memoryview(mm).cast("Q")
+        self._load(bytes(mm[PARAMS_OFFSET : PARAMS_OFFSET + PARAMS_SIZE]), size)
+
+    def _check_static(self, head: bytes) -> None:
+        magic, kind, version, header_size, ident = _STATIC.unpack_from(head)
+        path, name = self._path, self.NAME
+        if magic != MAGIC:
+            raise StoreCorrupt(
+                f"{path}: not a urlsieve store (bad magic {magic!r}); pass another path, "
+                "or delete the file if it is yours to replace"
+            )
+        if kind != self.KIND:
+            other = kind.rstrip(b"\0").decode("ascii", "replace")
+            raise StoreCorrupt(
+                f"{path}: holds a {other!r} store, not {name!r}: open it as '{other}:'"
+            )
+        (crc,) = struct.unpack_from("<I", head, CRC_OFFSET)
+        if crc != zlib.crc32(head[:CRC_OFFSET]):
+            raise StoreCorrupt(
+                f"{path}: header checksum mismatch (the file is damaged); restore it from a "
+                "backup or delete it to start afresh"
+            )
+        if version != self.VERSION or header_size != HEADER_SIZE:
+            raise StoreCorrupt(
+                f"{path}: {name} format version {version} (this urlsieve reads {self.VERSION}); "
+                "open it with the urlsieve that wrote it"
+            )
+        stored = ident.rstrip(b"\0").decode("utf-8", "replace")
+        if stored != self._profile.ident:
+            name_only = stored.partition("/")[0]
+            raise ProfileMismatch(
+                f"{path}: written under profile {stored!r}, opened with "
+                f"{self._profile.ident!r}: open it with ?profile={name_only} (and the same "
+                "urlsieve version), or use a new file for the new profile"
+            )
+
+    def _create(self) -> None:
+        """Create the store file atomically (another process may be creating it too)."""
+        size, params = self._initial_layout()
+        directory = os.path.dirname(self._path)
+        if directory and not os.path.isdir(directory):
+            raise StoreError(f"{self._path}: directory {directory} does not exist; create it first")
+        tmp = f"{self._path}.new-{os.getpid()}-{threading.get_ident()}.tmp"
+        fd = new_file(tmp, size, self._path, f"creating the store ({size:,} bytes)")
+        try:
+            with mmap.mmap(fd, size, access=mmap.ACCESS_WRITE) as mm:
+                mm[: CRC_OFFSET + 4] = pack_static(self.KIND, self.VERSION, self._profile, params)
+                words = np.frombuffer(mm, dtype=np.uint64)
+                self._init_dynamic(words)
+                del words
+                mm.flush()
+            os.fsync(fd)
+            try:
+                os.link(tmp, self._path)
+            except FileExistsError:
+                pass  # another process won the race: open its file
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                    raise os_error(exc, self._path, "creating the store") from exc
+                os.rename(tmp, self._path)  # no hard links here: plain rename
+            fsync_dir(self._path)
+        except OSError as exc:
+            raise os_error(exc, self._path, "creating the store") from exc
+        finally:
+            os.close(fd)
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def _unmap(self) -> None:
+        for name in ("_words", "_mv"):
+            view = self.__dict__.pop(name, None)
+            if isinstance(view, memoryview):
+                view.release()
+        self._drop_views()
+        if self._mm is not None:
+            with suppress(BufferError):  # a view survives (in a traceback): leave it to the GC
+                self._mm.close()
+            self._mm = None
+
+    def _reattach(self) -> None:
+        self._unmap()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._attach()
+
+    def _remap(self) -> None:
+        """Map the file again at its current size (it grew)."""
+        self._unmap()
+        self._map()
+
+    # --------------------------------------------------------- subclass hooks
+
+    def _initial_layout(self) -> tuple[int, bytes]:
+        """Size of a new file and its packed parameters."""
+        raise NotImplementedError
+
+    def _init_dynamic(self, words: U64) -> None:
+        """Fill the dynamic header of a new file (zeroed already)."""
+
+    def _load(self, params: bytes, size: int) -> None:
+        """Read the parameters of an opened file, check its size, make the data views."""
+        raise NotImplementedError
+
+    def _drop_views(self) -> None:
+        """Forget every view into the mapping (before it is closed)."""
+
+    def _stale(self, locked: bool) -> bool:
+        """True when the mapped file is no longer the store (replaced by a grown one).
+
+        ``locked``: the caller holds the write lock and can afford a thorough check.
+        """
+        return False
+
+    def _refresh(self) -> None:
+        """Catch up with changes other processes made to the layout (new layers)."""
+
+    def _recover(self) -> None:
+        """Repair what a writer that died mid-update left behind (the dirty word was set)."""
+
+    # ----------------------------------------------------------------- locking
+
+    def _check_open(self) -> None:
+        if self._mm is None:
+            raise StoreError(f"{self._path}: the {self.NAME} store is closed")
+        if self._generation != _forks[0]:  # forked: never share the parent's descriptor and lock
+            self._reattach()
+
+    def _begin_read(self) -> None:
+        self._check_open()
+        if self._stale(locked=False):
+            self._reattach()
+        self._refresh()
+
+    def _begin_write(self) -> None:
+        if self._readonly:
+            raise StoreReadOnly(
+                f"{self._path}: opened read-only (?readonly=1); "
+                "open it without readonly to add URLs"
+            )
+        self._check_open()
+        while True:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            if not self._stale(locked=True):
+                break
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._reattach()
+        try:
+            self._refresh()
+            if self._mv[W_DIRTY]:
+                self._recover()
+            self._mv[W_DIRTY] = 1
+        except BaseException:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            raise
+
+    def _end_write(self, ok: bool) -> None:
+        """Release the write lock; the dirty word stays set when the update did not finish."""
+        if ok and self._mm is not None:
+            self._mv[W_DIRTY] = 0
+        if self._fd >= 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def flush(self) -> None:
+        """Write every add that has returned to disk (``msync`` + ``fsync``)."""
+        with self._lock:
+            if self._mm is None or self._readonly:
+                return
+            try:
+                self._mm.flush()
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise os_error(exc, self._path, "flushing") from exc
+
+    def close(self) -> None:
+        """Unmap and close (without ``fsync``: call :meth:`flush` for durability)."""
+        with self._lock:
+            self._unmap()
+            if self._fd >= 0:
+                os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with suppress(Exception):
+            self.close()
+
+    def __repr__(self) -> str:
+        mode = ", readonly" if self._readonly else ""
+        return f"<{type(self).__name__} {self._path!r} {self._profile.ident}{mode}>"
+
+
+def rank_in_groups(values: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+    """For each element, how many earlier elements have the same value (0 for the first)."""
+    n = len(values)
+    if n < 2:
+        return np.zeros(n, dtype=np.intp)
+    ramp = np.arange(n, dtype=np.int64)
+    ordered = np.sort(values.astype(np.int64) * n + ramp)  # unique keys: position breaks ties
+    sorted_values = ordered // n
+    new_group = np.empty(n, dtype=bool)
+    new_group[0] = True
+    np.not_equal(sorted_values[1:], sorted_values[:-1], out=new_group[1:])
+    starts = np.maximum.accumulate(np.where(new_group, ramp, 0))
+    rank = np.empty(n, dtype=np.intp)
+    rank[ordered % n] = ramp - starts
+    return rank

@@ -1,0 +1,365 @@
+"""``exact:PATH`` — every URL's 64-bit fingerprint in a memory-mapped open-addressing table.
+
+The table is an array of buckets of 8 slots (one 64-byte cache line each)
+after the 4 KiB header (see :mod:`urlsieve.seen._mapped`). A slot holds a
+fingerprint or 0 for empty (the fingerprint 0 is stored as 1). A URL's home
+bucket comes from the top 32 bits of its fingerprint (``(fp >> 32) * buckets
+>> 32``); slots fill left to right and a full bucket overflows into the next
+one (linear probing by buckets). Nothing is ever deleted, so a lookup stops at
+the first bucket with an empty slot.
+
+At 85 % load the table grows by 1.5×: the writer holding the lock rehashes into
+a new file (space reserved first, so a full disk fails before anything
+changes), syncs it, renames it over the store and marks the old file
+*retired*; every other process notices (the retired word, or a link count of
+0 under the lock) and reopens. Between growths the load is 57–85 %, so the
+store costs 9.4–14 bytes per URL. The rehash sorts the fingerprints (a copy
+of them is held in memory meanwhile) and places them in one vectorised pass.
+
+Exact up to 64-bit fingerprint collisions: with n URLs the expected number of
+colliding pairs is n²/2⁶⁵ (3·10⁻⁸ at a million URLs, 0.03 at a billion);
+``stats().extra["expected_fingerprint_collisions"]`` reports it.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import mmap
+import os
+import struct
+from collections.abc import Iterable
+
+import numpy as np
+import numpy.typing as npt
+
+from urlsieve.exceptions import ConfigError, StoreCorrupt
+from urlsieve.fingerprint import fingerprint64, fingerprints64
+from urlsieve.seen._mapped import (
+    HEADER_SIZE,
+    U64,
+    W_COUNT,
+    W_RETIRED,
+    MappedStore,
+    fsync_dir,
+    new_file,
+    os_error,
+    pack_static,
+    rank_in_groups,
+)
+from urlsieve.seen.base import StoreStats
+from urlsieve.url import FILTER, Profile
+
+__all__ = ["ExactStore"]
+
+SLOTS = 8  # per bucket: one cache line
+MAX_LOAD = 0.85
+GROWTH = 1.5
+DEFAULT_CAPACITY = 1 << 16
+_HW = HEADER_SIZE // 8  # header size in words
+_PARAMS = struct.Struct("<Q")  # number of buckets
+_ROW = struct.Struct(f"<{SLOTS}Q")
+
+Flags = npt.NDArray[np.bool_]
+
+
+class _Regrown(Exception):
+    """Internal: the table was replaced by a grown one; retry the operation on it."""
+
+
+def _buckets_for(urls: float) -> int:
+    return max(64, math.ceil(urls / (MAX_LOAD * SLOTS)))
+
+
+def _home(keys: U64, buckets: int) -> npt.NDArray[np.intp]:
+    return (((keys >> np.uint64(32)) * np.uint64(buckets)) >> np.uint64(32)).astype(np.intp)
+
+
+def _rank(buckets: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+    """How many earlier keys want the same bucket; cheap when the buckets are sorted."""
+    n = len(buckets)
+    if n > 1 and bool((buckets[1:] >= buckets[:-1]).all()):
+        ramp = np.arange(n, dtype=np.intp)
+        new_group = np.concatenate(([True], buckets[1:] != buckets[:-1]))
+        ranks: npt.NDArray[np.intp] = ramp - np.maximum.accumulate(np.where(new_group, ramp, 0))
+        return ranks
+    return rank_in_groups(buckets)
+
+
+def rebuild(table: U64, keys: U64) -> None:
+    """Fill an empty ``table`` with sorted, distinct ``keys`` in one pass.
+
+    Sorted keys have non-decreasing home buckets, so linear probing places key
+    ``i`` at slot ``max(8·home[i], slot[i-1] + 1)``, a running maximum numpy
+    computes at once. The few keys pushed past the end wrap around via probe().
+    """
+    slots_total = table.size
+    ramp = np.arange(len(keys), dtype=np.int64)
+    start = _home(keys, table.shape[0]).astype(np.int64) * SLOTS
+    slot = np.maximum.accumulate(start - ramp) + ramp
+    inside = slot < slots_total
+    table.reshape(-1)[slot[inside]] = keys[inside]
+    if not inside.all():
+        probe(table, keys[~inside], insert=True)
+
+
+def probe(table: U64, keys: U64, insert: bool) -> Flags:
+    """Look ``keys`` (distinct, non-zero) up in ``table`` (buckets × 8), inserting missing ones.
+
+    Returns, per key, True when it was found (lookup) or newly inserted (insert).
+    Every key advances one bucket per round; keys that want the same bucket in
+    one round take its free slots in batch order. Sorted keys (as
+    :meth:`ExactStore.add_fingerprints` passes them) have sorted home buckets,
+    which makes that ranking a linear pass instead of a sort.
+    """
+    buckets = table.shape[0]
+    n = len(keys)
+    result = np.zeros(n, dtype=bool)
+    at = _home(keys, buckets)
+    todo = np.arange(n, dtype=np.intp)
+    for _ in range(buckets + 1):
+        if not todo.size:
+            return result
+        where = at[todo]
+        wanted = keys[todo]
+        rows = table.take(where, axis=0)
+        hit = (rows == wanted[:, None]).any(axis=1)
+        empty = rows == 0
+        open_ = empty.any(axis=1)
+        if insert:
+            placed = np.zeros(len(todo), dtype=bool)
+            cand = np.flatnonzero(~hit & open_)
+            if cand.size:
+                slot = empty[cand].argmax(axis=1) + _rank(where[cand])
+                fits = slot < SLOTS
+                go = cand[fits]
+                table[where[go], slot[fits]] = wanted[go]
+                result[todo[go]] = True
+                placed[go] = True
+            more = ~hit & ~placed
+        else:
+            result[todo[hit]] = True
+            more = ~hit & ~open_
+        todo = todo[more]
+        at[todo] += 1
+        at[todo[at[todo] == buckets]] = 0
+    raise StoreCorrupt("exact table has no free slot (load accounting is wrong)")
+
+
+class ExactStore(MappedStore):
+    """Exact, persistent, shared by processes. ``capacity`` presizes a new file (URLs)."""
+
+    KIND = b"exact\0\0\0"
+    NAME = "exact"
+
+    _table: U64
+
+    def __init__(
+        self,
+        location: str,
+        *,
+        profile: Profile = FILTER,
+        capacity: int | None = None,
+        readonly: bool = False,
+    ) -> None:
+        if capacity is not None and capacity < 1:
+            raise ConfigError(f"exact:{location}: capacity must be at least 1, not {capacity}")
+        self._hint = capacity or DEFAULT_CAPACITY
+        self._buckets = 0
+        self._limit = 0
+        super().__init__(location, profile=profile, readonly=readonly)
+
+    # ------------------------------------------------------------- file layout
+
+    def _initial_layout(self) -> tuple[int, bytes]:
+        buckets = _buckets_for(self._hint)
+        return HEADER_SIZE + buckets * SLOTS * 8, _PARAMS.pack(buckets)
+
+    def _load(self, params: bytes, size: int) -> None:
+        (buckets,) = _PARAMS.unpack_from(params)
+        need = HEADER_SIZE + buckets * SLOTS * 8
+        if buckets < 1 or size < need:
+            raise StoreCorrupt(
+                f"{self._path}: truncated ({size:,} bytes, the header promises {need:,}); "
+                "restore it from a backup or delete it to start afresh"
+            )
+        self._buckets = buckets
+        self._limit = int(MAX_LOAD * buckets * SLOTS)
+        self._table = self._words[_HW : _HW + buckets * SLOTS].reshape(buckets, SLOTS)
+
+    def _drop_views(self) -> None:
+        self.__dict__.pop("_table", None)
+
+    def _stale(self, locked: bool) -> bool:
+        if not self._mv[W_RETIRED]:
+            return False
+        if locked and os.path.samestat(os.fstat(self._fd), os.stat(self._path)):
+            # Retired, yet still the store: its grower died before the rename. Carry on here.
+            self._mv[W_RETIRED] = 0
+            return False
+        return True
+
+    def _recover(self) -> None:
+        self._mv[W_COUNT] = int(np.count_nonzero(self._table))
+
+    # ----------------------------------------------------------------- growth
+
+    def _grow(self, extra: int) -> None:
+        """Rehash into a bigger file that holds ``extra`` more URLs; then :class:`_Regrown`."""
+        count = int(self._mv[W_COUNT])
+        buckets = max(
+            math.ceil(self._buckets * GROWTH), _buckets_for((count + extra) * MAX_LOAD / 0.6)
+        )
+        for stale in glob.glob(glob.escape(self._path) + ".grow-*.tmp"):
+            os.unlink(stale)  # left by a writer killed while growing (we hold the lock)
+        tmp = f"{self._path}.grow-{os.getpid()}.tmp"
+        size = HEADER_SIZE + buckets * SLOTS * 8
+        fd = new_file(tmp, size, self._path, f"growing the table to {size:,} bytes")
+        try:
+            with mmap.mmap(fd, size, access=mmap.ACCESS_WRITE) as mm:
+                mm[:256] = pack_static(
+                    self.KIND, self.VERSION, self._profile, _PARAMS.pack(buckets)
+                )
+                words = np.frombuffer(mm, dtype=np.uint64)
+                table = words[_HW:].reshape(buckets, SLOTS)
+                flat = self._table.reshape(-1)
+                rebuild(table, np.sort(flat[flat != 0]))
+                words[W_COUNT] = count
+                del words, table
+                mm.flush()
+            os.fsync(fd)
+            self._mv[W_RETIRED] = 1  # before the rename: readers must not miss the switch
+            os.replace(tmp, self._path)
+        except OSError as exc:
+            raise os_error(exc, self._path, "growing the table") from exc
+        finally:
+            os.close(fd)
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        fsync_dir(self._path)
+        raise _Regrown
+
+    # ------------------------------------------------------------ operations
+
+    def _fingerprint(self, url: str) -> int:
+        return fingerprint64(url, self._profile) or 1
+
+    def _fingerprints(self, urls: Iterable[str]) -> U64:
+        keys = np.array(fingerprints64(urls, self._profile), dtype=np.uint64)
+        keys[keys == 0] = 1
+        return keys
+
+    def _find(self, fp: int) -> tuple[bool, int]:
+        """(found, word index of the slot holding ``fp`` or of the empty slot for it)."""
+        mm = self._mm
+        buckets = self._buckets
+        bucket = ((fp >> 32) * buckets) >> 32
+        for _ in range(buckets):
+            row = _ROW.unpack_from(mm, HEADER_SIZE + bucket * SLOTS * 8)  # type: ignore[arg-type]
+            if fp in row:
+                return True, 0
+            if 0 in row:
+                return False, _HW + bucket * SLOTS + row.index(0)
+            bucket += 1
+            if bucket == buckets:
+                bucket = 0
+        raise StoreCorrupt(f"{self._path}: exact table has no free slot; rebuild the store")
+
+    def add(self, url: str) -> bool:
+        fp = self._fingerprint(url)
+        while True:
+            try:
+                with self._writing:
+                    found, slot = self._find(fp)
+                    if found:
+                        return False
+                    if self._mv[W_COUNT] + 1 > self._limit:
+                        self._grow(1)
+                    self._mv[slot] = fp
+                    self._mv[W_COUNT] += 1
+                    return True
+            except _Regrown:
+                continue
+
+    def add_many(self, urls: Iterable[str]) -> list[bool]:
+        flags: list[bool] = self.add_fingerprints(self._fingerprints(urls)).tolist()
+        return flags
+
+    def add_fingerprints(self, keys: npt.ArrayLike) -> Flags:
+        """Add 64-bit fingerprints (0 counts as 1); True where new, the first of repeats only."""
+        keys = np.asarray(keys, dtype=np.uint64)
+        out = np.zeros(len(keys), dtype=bool)
+        if not len(keys):
+            return out
+        keys = np.where(keys == 0, np.uint64(1), keys)
+        order = np.argsort(keys)  # sorted keys have sorted home buckets: see probe()
+        ordered = keys[order]
+        starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+        distinct = ordered[starts]
+        # The earliest position of each distinct key (argsort is not stable).
+        first = order if len(starts) == len(keys) else np.minimum.reduceat(order, starts)
+        while True:
+            try:
+                with self._writing:
+                    new = self._insert(distinct)
+                break
+            except _Regrown:
+                continue
+        out[first[new]] = True
+        return out
+
+    def _insert(self, keys: U64) -> Flags:
+        count = int(self._mv[W_COUNT])
+        if count + len(keys) <= self._limit:
+            new = probe(self._table, keys, insert=True)
+        else:
+            missing = np.flatnonzero(~probe(self._table, keys, insert=False))
+            if count + len(missing) > self._limit:
+                self._grow(len(missing))
+            new = np.zeros(len(keys), dtype=bool)
+            new[missing] = probe(self._table, keys[missing], insert=True)
+        self._mv[W_COUNT] = count + int(new.sum())
+        return new
+
+    def __contains__(self, url: object) -> bool:
+        if not isinstance(url, str):
+            return False
+        fp = self._fingerprint(url)
+        with self._reading:
+            return self._find(fp)[0]
+
+    def contains_many(self, urls: Iterable[str]) -> list[bool]:
+        flags: list[bool] = self.contains_fingerprints(self._fingerprints(urls)).tolist()
+        return flags
+
+    def contains_fingerprints(self, keys: npt.ArrayLike) -> Flags:
+        """Membership of 64-bit fingerprints (0 counts as 1)."""
+        keys = np.asarray(keys, dtype=np.uint64)
+        keys = np.where(keys == 0, np.uint64(1), keys)
+        with self._reading:
+            return probe(self._table, keys, insert=False)
+
+    def __len__(self) -> int:
+        with self._reading:
+            return int(self._mv[W_COUNT])
+
+    def stats(self) -> StoreStats:
+        with self._reading:
+            count = int(self._mv[W_COUNT])
+            slots = self._buckets * SLOTS
+            size = HEADER_SIZE + slots * 8
+            return StoreStats(
+                backend=self.NAME,
+                profile=self._profile.ident,
+                count=count,
+                exact=True,
+                bytes_used=size,
+                capacity=self._limit,
+                fill_ratio=count / slots,
+                extra={
+                    "path": self._path,
+                    "slots": slots,
+                    "bytes_per_url": size / count if count else None,
+                    "expected_fingerprint_collisions": count * (count - 1) / 2**65,
+                },
+            )
