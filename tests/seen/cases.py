@@ -23,4 +23,17 @@ class StoreCase:
 
 CASES: list[StoreCase] = [
     StoreCase("memory", lambda request, tmp: "memory:", exact=True, persistent=False),
+    # Seed 002 at a reduced width (256 files of 8 KB instead of 2 MB) to keep tests small.
+    StoreCase(
+        "bitmap-crc32",
+        lambda request, tmp: f"bitmap:{tmp / 'bm'}?signature=crc32&width=24",
+        exact=False,
+        persistent=True,
+    ),
+    StoreCase(
+        "bitmap-md5",
+        lambda request, tmp: f"bitmap:{tmp / 'bm'}?signature=md5&width=26",
+        exact=False,
+        persistent=True,
+    ),
 ]

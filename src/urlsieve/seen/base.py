@@ -180,6 +180,9 @@ class Backend:
 #: Backends by spec prefix. Add one with :func:`register_backend`.
 BACKENDS: dict[str, Backend] = {
     "memory": Backend("urlsieve.seen.memory:MemoryStore", {}),
+    "bitmap": Backend(
+        "urlsieve.seen.bitmap:BitmapStore", {"signature": str, "width": int, "readonly": bool}
+    ),
 }
 
 

@@ -1,0 +1,122 @@
+"""File plumbing shared by the seed stores (bitmap, buckets, dsbf).
+
+OS errors are translated into the store exceptions here, at the boundary,
+with the path and what to do; the original stays visible as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+from pathlib import Path
+from typing import Any, NoReturn
+
+from urlsieve.exceptions import (
+    ProfileMismatch,
+    StoreCorrupt,
+    StoreError,
+    StoreFull,
+    StoreReadOnly,
+)
+from urlsieve.url import Profile
+
+__all__ = [
+    "check_profile",
+    "fsync_dir",
+    "os_error",
+    "read_json",
+    "syncfs",
+    "write_json_atomic",
+]
+
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def os_error(exc: OSError, what: str, path: str | os.PathLike[str]) -> NoReturn:
+    """Raise the store error an ``OSError`` means, naming ``what`` failed on ``path``."""
+    if exc.errno in _FULL:
+        raise StoreFull(
+            f"{path}: {what} failed, no space left ({exc.strerror}); the write did not "
+            "happen: free disk space (or raise the size limit) and retry"
+        ) from exc
+    if exc.errno in _DENIED:
+        raise StoreReadOnly(
+            f"{path}: {what} failed, not writable ({exc.strerror}); "
+            "open the store with ?readonly=1 to read it, or fix the permissions"
+        ) from exc
+    raise StoreError(f"{path}: {what} failed: {exc}") from exc
+
+
+def check_profile(stored: str, profile: Profile, path: str | os.PathLike[str]) -> None:
+    """Refuse to read a store written under another canonicalisation profile."""
+    if stored != profile.ident:
+        raise ProfileMismatch(
+            f"{path} was written with profile {stored!r}, not {profile.ident!r}: "
+            f"open it with ?profile={stored.split('/', maxsplit=1)[0]} or use another location"
+        )
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new directory entry in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def syncfs(fd: int) -> bool:
+    """Flush every dirty page of the filesystem holding ``fd`` (Linux ``syncfs``).
+
+    One call instead of thousands of ``fsync`` when a store has written to
+    many files. Returns False where ``syncfs`` is not available.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.syncfs
+    except (OSError, AttributeError):
+        return False
+    if call(fd) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return True
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves the old or the new file, never half."""
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, separators=(",", ":"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        os_error(exc, "writing", path)
+
+
+def read_json(path: Path, kind: str) -> dict[str, Any]:
+    """Read a JSON metadata file; anything but a JSON object is :class:`StoreCorrupt`."""
+    try:
+        text = path.read_text("utf-8")
+    except OSError as exc:
+        os_error(exc, "reading", path)
+    except UnicodeDecodeError as exc:
+        raise StoreCorrupt(f"{path}: not a {kind} metadata file (not UTF-8)") from exc
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise StoreCorrupt(
+            f"{path}: damaged {kind} metadata ({exc}); restore it from a backup "
+            "or delete the store to start afresh"
+        ) from exc
+    if not isinstance(data, dict):
+        raise StoreCorrupt(f"{path}: not a {kind} metadata file")
+    return data
