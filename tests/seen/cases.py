@@ -36,4 +36,11 @@ CASES: list[StoreCase] = [
         exact=False,
         persistent=True,
     ),
+    StoreCase(
+        "buckets",
+        lambda request, tmp: f"buckets:{tmp / 'seen.buckets'}?buckets=1024",
+        exact=True,
+        persistent=True,
+    ),
+    StoreCase("buckets-memory", lambda request, tmp: "buckets:", exact=True, persistent=False),
 ]

@@ -8,11 +8,9 @@ import math
 import multiprocessing
 import os
 import random
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 import zlib
 from pathlib import Path
 
@@ -256,42 +254,3 @@ def test_four_processes_adding_at_once_lose_nothing(tmp_path: Path) -> None:
             if path.name != "bitmap.hdr":
                 bits += sum(bin(b).count("1") for b in path.read_bytes())
         assert bits == reported_new
-
-
-def _crasher(spec: str, run: int, fd: int) -> None:
-    with open_seen(spec) as store:
-        for i in range(10**9):
-            store.add(f"http://crash.example/{run}/{i}")
-            if i % 37 == 36:
-                store.flush()
-                os.write(fd, i.to_bytes(8, "little"))
-
-
-def _last_reported(read_fd: int) -> int:
-    data = b""
-    while chunk := os.read(read_fd, 65536):
-        data += chunk
-    os.close(read_fd)
-    whole = len(data) // 8 * 8
-    return int.from_bytes(data[whole - 8 : whole], "little") if whole else -1
-
-
-@pytest.mark.slow
-def test_sigkill_at_random_moments_keeps_every_flushed_add(tmp_path: Path) -> None:
-    rnd = random.Random(2002)
-    ctx = multiprocessing.get_context("fork")
-    spec = f"bitmap:{tmp_path}?signature=md5&width=26"
-    flushed: list[str] = []
-    for run in range(20):
-        read_fd, write_fd = os.pipe()
-        proc = ctx.Process(target=_crasher, args=(spec, run, write_fd))
-        proc.start()
-        os.close(write_fd)
-        time.sleep(rnd.uniform(0.0, 0.4))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.join()
-        last = _last_reported(read_fd)
-        flushed += [f"http://crash.example/{run}/{i}" for i in range(last + 1)]
-        with open_seen(spec) as store:  # opens without error, whatever the moment of death
-            assert all(store.contains_many(flushed)), f"run {run} lost a flushed add"
-    assert len(flushed) > 1000  # the writers did get to flush, many times

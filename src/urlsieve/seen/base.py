@@ -183,6 +183,10 @@ BACKENDS: dict[str, Backend] = {
     "bitmap": Backend(
         "urlsieve.seen.bitmap:BitmapStore", {"signature": str, "width": int, "readonly": bool}
     ),
+    "buckets": Backend(
+        "urlsieve.seen.buckets:BucketStore",
+        {"buckets": int, "width": int, "slots": int, "growth": float, "readonly": bool},
+    ),
 }
 
 
