@@ -42,5 +42,12 @@ CASES: list[StoreCase] = [
         exact=True,
         persistent=True,
     ),
+    StoreCase(
+        "dsbf",
+        lambda request, tmp: f"dsbf:{tmp / 'seen.dsbf'}?capacity=5000&error=0.01&leaf_bits=16384",
+        exact=False,
+        persistent=True,
+    ),
+    StoreCase("dsbf-memory", lambda request, tmp: "dsbf:", exact=False, persistent=False),
     StoreCase("buckets-memory", lambda request, tmp: "buckets:", exact=True, persistent=False),
 ]

@@ -23,6 +23,8 @@ SPECS = {
     "bitmap-md5": "bitmap:{dir}/bm?signature=md5&width=26",
     "bitmap-crc32": "bitmap:{dir}/bm?width=24",
     "buckets": "buckets:{dir}/seen.buckets?buckets=256&width=16&slots=16",
+    # Small leaves, so that the writers split leaves (and die while splitting) too.
+    "dsbf": "dsbf:{dir}/seen.dsbf?capacity=500&error=0.01&leaf_bits=4096",
 }
 
 

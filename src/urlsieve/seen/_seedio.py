@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -29,7 +30,9 @@ __all__ = [
     "os_error",
     "read_json",
     "syncfs",
+    "write_atomic",
     "write_json_atomic",
+    "writer_lock",
 ]
 
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
@@ -84,6 +87,42 @@ def syncfs(fd: int) -> bool:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     return True
+
+
+def writer_lock(path: Path, kind: str) -> int:
+    """Take the one-writer lock of a store file (``PATH.lock``); returns the fd to close."""
+    lock_path = path.with_name(path.name + ".lock")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        os_error(exc, "locking", lock_path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreError(
+            f"{path} is open for writing in another process; a {kind} store has one writer "
+            "at a time (open this one with ?readonly=1 to read it, or use bitmap: for a "
+            "store shared by processes)"
+        ) from None
+    return fd
+
+
+def write_atomic(path: Path, blob: bytes) -> None:
+    """Replace ``path`` by ``blob`` so that a crash leaves the old or the new file, never half."""
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(blob)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        os_error(exc, "writing", path)
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

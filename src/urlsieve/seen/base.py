@@ -187,6 +187,17 @@ BACKENDS: dict[str, Backend] = {
         "urlsieve.seen.buckets:BucketStore",
         {"buckets": int, "width": int, "slots": int, "growth": float, "readonly": bool},
     ),
+    "dsbf": Backend(
+        "urlsieve.seen.dsbf:DsbfStore",
+        {
+            "capacity": int,
+            "error": float,
+            "leaf_bits": int,
+            "fanout": int,
+            "ratio": float,
+            "readonly": bool,
+        },
+    ),
 }
 
 

@@ -35,8 +35,6 @@ count is fixed, as in the paper: a bucket scans linearly once its first
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import struct
@@ -49,7 +47,7 @@ from typing import Self
 
 from urlsieve.exceptions import ConfigError, StoreCorrupt, StoreError, StoreReadOnly
 from urlsieve.fingerprint import canonical_bytes
-from urlsieve.seen._seedio import check_profile, fsync_dir, os_error
+from urlsieve.seen._seedio import check_profile, os_error, write_atomic, writer_lock
 from urlsieve.seen.base import StoreStats
 from urlsieve.url import FILTER, Profile
 
@@ -278,21 +276,7 @@ class BucketStore:
 
     def _lock(self, path: Path) -> None:
         """One writer per file (readers need no lock: the file is replaced atomically)."""
-        lock_path = path.with_name(path.name + ".lock")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            os_error(exc, "locking", lock_path)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._unlock()
-            raise StoreError(
-                f"{path} is open for writing in another process; a bucket store has one "
-                "writer at a time (use bitmap: for a store shared by processes, or open "
-                "this one with ?readonly=1)"
-            ) from None
+        self._lock_fd = writer_lock(path, "bucket")
 
     def _load(self, path: Path, given: tuple[float | None, ...]) -> ImprovedHashTable:
         try:
@@ -410,18 +394,7 @@ class BucketStore:
             )
             body = head + t.dump()
             blob = body + zlib.crc32(body).to_bytes(4, "little")
-            tmp = self._path.with_name(f"{self._path.name}.tmp.{os.getpid()}")
-            try:
-                with open(tmp, "wb") as fh:
-                    fh.write(blob)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self._path)
-                fsync_dir(self._path.parent)
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-                os_error(exc, "writing", self._path)
+            write_atomic(self._path, blob)
             self._dirty = False
 
     def close(self) -> None:
