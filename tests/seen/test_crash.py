@@ -2,8 +2,9 @@
 
 A writer adds URLs and flushes every 37 adds, reporting each flushed index
 on a pipe; it is killed at a random moment (while opening, adding, flushing
-or splitting). The store must then open without error and contain every URL
-whose add returned before the last reported flush.
+or splitting; every other run only after its first flush). The store must
+then open without error and contain every URL whose add returned before the
+last reported flush.
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ def _crasher(spec: str, run: int, fd: int) -> None:
                 os.write(fd, i.to_bytes(8, "little"))
 
 
-def _last_reported(read_fd: int) -> int:
-    data = b""
+def _last_reported(read_fd: int, data: bytes = b"") -> int:
     while chunk := os.read(read_fd, 65536):
         data += chunk
     os.close(read_fd)
@@ -58,11 +58,14 @@ def test_sigkill_at_random_moments_keeps_every_flushed_add(kind: str, tmp_path: 
         proc = ctx.Process(target=_crasher, args=(spec, run, write_fd))
         proc.start()
         os.close(write_fd)
-        time.sleep(rnd.uniform(0.0, 0.4))
+        head = b""
+        if run % 2:  # odd runs: after the first flush (however loaded the machine is)
+            head = os.read(read_fd, 8)
+        time.sleep(rnd.uniform(0.0, 0.3))  # even runs: any moment, opening included
         os.kill(proc.pid, signal.SIGKILL)
         proc.join()
-        last = _last_reported(read_fd)
+        last = _last_reported(read_fd, head)
         flushed += [f"http://crash.example/{run}/{i}" for i in range(last + 1)]
         with open_seen(spec) as store:  # opens without error, whatever the moment of death
             assert all(store.contains_many(flushed)), f"run {run} lost a flushed add"
-    assert len(flushed) > 500  # the writers did get to flush, many times
+    assert len(flushed) >= 10 * 37  # at least the odd runs got to flush
