@@ -127,3 +127,12 @@ def test_file_store_errors(tmp_path: Path) -> None:
     path.write_bytes(b"something else entirely")
     with pytest.raises(StoreCorrupt, match="not a urlsieve dsbf store"):
         open_seen(spec)
+
+
+def test_max_height_one_is_the_papers_fixed_tree() -> None:
+    tree = DSBF(capacity=100, error=0.01, leaf_bits=1024, max_height=1)
+    for i in range(5000):
+        tree.add(hashlib.md5(b"%d" % i).digest())
+    assert tree.splits == 0
+    assert tree.height() == 1
+    assert tree.false_positive_rate() > 0.5  # overfull leaves, as the paper's H = 1 would be

@@ -301,6 +301,9 @@ class BitmapStore:
         mm = self._map(index, create=True)
         if mm is None:  # pragma: no cover - create=True always maps or raises
             raise StoreError(f"{self._file_path(index)}: cannot be created")
+        # A set bit is never cleared: when every bit is set already, no lock is needed.
+        if all(mm[bit >> 3] & (1 << (bit & 7)) for bit in bits):
+            return [False] * len(bits)
         counters = self._counters
         offset = COUNTERS_OFFSET + 8 * index
         out: list[bool] = []

@@ -73,11 +73,13 @@ class DSBF:
 
     def __init__(
         self,
+        *,
         capacity: int = 1_000_000,
         error: float = 0.01,
         leaf_bits: int = 1 << 20,
         fanout: int = 3,
         ratio: float = 0.5,
+        max_height: int = 0,
     ) -> None:
         if capacity < 1:
             raise ConfigError(f"capacity={capacity}: must be at least 1")
@@ -94,6 +96,7 @@ class DSBF:
         self.leaf_bits = leaf_bits
         self.fanout = fanout
         self.ratio = ratio
+        self.max_height = max_height  # 0: split without limit; 1: the paper's H = 1 (no split)
         self.first_rate = error * (1 - ratio) if ratio < 1 else error
         self.k = max(1, round(math.log2(1 / self.first_rate)))
         per_leaf = leaf_bits * math.log(2) ** 2 / math.log(1 / self.first_rate)  # formula 4
@@ -172,7 +175,8 @@ class DSBF:
         for p in positions:
             bits[p >> 3] |= 1 << (p & 7)
         self.count[leaf] += 1
-        if self.count[leaf] >= self.limit(self.depth[leaf]):
+        depth = self.depth[leaf]
+        if self.count[leaf] >= self.limit(depth) and not 0 < self.max_height <= depth:
             self.children[leaf] = [self._new_node(self.depth[leaf] + 1) for _ in range(self.fanout)]
             self.splits += 1
         return True
@@ -211,6 +215,7 @@ class DSBF:
             "leaf_bits": self.leaf_bits,
             "fanout": self.fanout,
             "ratio": self.ratio,
+            "max_height": self.max_height,
         }
 
     def dump(self, profile: str) -> bytes:
@@ -283,7 +288,7 @@ class DsbfStore:
         self._tlock = threading.Lock()
         self._closed = False
         self._dirty = False
-        given = {
+        given: dict[str, float | None] = {
             "capacity": capacity,
             "error": error,
             "leaf_bits": leaf_bits,
