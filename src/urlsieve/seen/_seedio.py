@@ -10,14 +10,14 @@ import contextlib
 import ctypes
 import errno
 import fcntl
-import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
 from urlsieve.exceptions import (
+    ConfigError,
     ProfileMismatch,
-    StoreCorrupt,
     StoreError,
     StoreFull,
     StoreReadOnly,
@@ -25,13 +25,13 @@ from urlsieve.exceptions import (
 from urlsieve.url import Profile
 
 __all__ = [
+    "check_params",
     "check_profile",
     "fsync_dir",
     "os_error",
-    "read_json",
+    "pick",
     "syncfs",
     "write_atomic",
-    "write_json_atomic",
     "writer_lock",
 ]
 
@@ -61,6 +61,22 @@ def check_profile(stored: str, profile: Profile, path: str | os.PathLike[str]) -
             f"{path} was written with profile {stored!r}, not {profile.ident!r}: "
             f"open it with ?profile={stored.split('/', maxsplit=1)[0]} or use another location"
         )
+
+
+def pick(given: Mapping[str, float | None], name: str, default: float) -> float:
+    """A parameter as given, or its default when it was not."""
+    value = given.get(name)
+    return default if value is None else value
+
+
+def check_params(where: str, given: Mapping[str, float | None], stored: Mapping[str, Any]) -> None:
+    """Refuse parameters that contradict the ones a store was created with."""
+    for name, value in given.items():
+        if value is not None and value != stored[name]:
+            raise ConfigError(
+                f"{where} was created with {name}={stored[name]}, not {value}: drop ?{name}= "
+                "or use another file"
+            )
 
 
 def fsync_dir(path: Path) -> None:
@@ -123,39 +139,3 @@ def write_atomic(path: Path, blob: bytes) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         os_error(exc, "writing", path)
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves the old or the new file, never half."""
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, separators=(",", ":"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        os_error(exc, "writing", path)
-
-
-def read_json(path: Path, kind: str) -> dict[str, Any]:
-    """Read a JSON metadata file; anything but a JSON object is :class:`StoreCorrupt`."""
-    try:
-        text = path.read_text("utf-8")
-    except OSError as exc:
-        os_error(exc, "reading", path)
-    except UnicodeDecodeError as exc:
-        raise StoreCorrupt(f"{path}: not a {kind} metadata file (not UTF-8)") from exc
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise StoreCorrupt(
-            f"{path}: damaged {kind} metadata ({exc}); restore it from a backup "
-            "or delete the store to start afresh"
-        ) from exc
-    if not isinstance(data, dict):
-        raise StoreCorrupt(f"{path}: not a {kind} metadata file")
-    return data

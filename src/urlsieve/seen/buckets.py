@@ -36,18 +36,14 @@ count is fixed, as in the paper: a bucket scans linearly once its first
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
-import threading
 import zlib
-from collections.abc import Iterable
-from pathlib import Path
-from types import TracebackType
-from typing import Self
+from collections.abc import Mapping
 
-from urlsieve.exceptions import ConfigError, StoreCorrupt, StoreError, StoreReadOnly
+from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.fingerprint import canonical_bytes
-from urlsieve.seen._seedio import check_profile, os_error, write_atomic, writer_lock
+from urlsieve.seen._seedio import check_params, check_profile, pick
+from urlsieve.seen._snapshot import SnapshotStore
 from urlsieve.seen.base import StoreStats
 from urlsieve.url import FILTER, Profile
 
@@ -64,6 +60,7 @@ _HEAD = struct.Struct("<8sIIIIdQ64s")
 #: Default buckets n, bitmap width w, initial slots p and growth factor r: 16 MB of
 #: arrays at the start, efficient up to about n·w = 1M URLs.
 DEFAULTS: tuple[int, int, int, float] = (16_384, 64, 64, 2.0)
+PARAMS = ("buckets", "width", "slots", "growth")
 
 
 def md5_digest(url: str, profile: Profile = FILTER) -> bytes:
@@ -234,8 +231,10 @@ class ChainedHashTable:
         return self.count
 
 
-class BucketStore:
+class BucketStore(SnapshotStore[ImprovedHashTable]):
     """A seen store on :class:`ImprovedHashTable` (exact, up to MD5 collisions)."""
+
+    kind = "bucket"
 
     def __init__(
         self,
@@ -248,118 +247,47 @@ class BucketStore:
         growth: float | None = None,
         readonly: bool = False,
     ) -> None:
-        self._profile = profile
-        self._path = Path(location) if location else None
-        self._readonly = readonly
-        self._lock_fd = -1
-        self._tlock = threading.Lock()
-        self._closed = False
-        self._dirty = False
-        given = (buckets, width, slots, growth)
-        if self._path is not None and not readonly:
-            self._lock(self._path)
-        if self._path is not None and self._path.exists():
-            self._table = self._load(self._path, given)
-        else:
-            if readonly:
-                raise StoreError(f"{location or 'buckets:'}: no bucket store to open read-only")
-            n, w, p, r = DEFAULTS
-            self._table = ImprovedHashTable(
-                n if buckets is None else buckets,
-                w if width is None else width,
-                p if slots is None else slots,
-                r if growth is None else growth,
+        given = {"buckets": buckets, "width": width, "slots": slots, "growth": growth}
+        super().__init__(location, profile, readonly, given)
+
+    def _key(self, url: str) -> bytes:
+        return md5_digest(url, self._profile)
+
+    def _new(self, given: Mapping[str, float | None]) -> ImprovedHashTable:
+        n, w, p, r = (pick(given, k, d) for k, d in zip(PARAMS, DEFAULTS, strict=True))
+        return ImprovedHashTable(int(n), int(w), int(p), r)
+
+    def _decode(
+        self, data: bytes, where: str, given: Mapping[str, float | None]
+    ) -> ImprovedHashTable:
+        if len(data) < _HEAD.size + 4 or data[:8] != MAGIC:
+            raise StoreCorrupt(f"{where}: not a urlsieve bucket store (bad magic or too short)")
+        if zlib.crc32(data[:-4]) != int.from_bytes(data[-4:], "little"):
+            raise StoreCorrupt(
+                f"{where}: checksum mismatch (truncated or damaged); restore it or delete it"
             )
-            if self._path is not None:
-                self._dirty = True
-                self.flush()  # the file exists from the start, with its profile
+        _, version, n, w, p, r, count, ident = _HEAD.unpack_from(data)
+        if version != FORMAT_VERSION:
+            raise StoreCorrupt(f"{where}: unsupported bucket store format {version}")
+        check_profile(ident.rstrip(b"\0").decode("ascii", "replace"), self._profile, where)
+        check_params(where, given, dict(zip(PARAMS, (n, w, p, r), strict=True)))
+        table = ImprovedHashTable(n, w, p, r)
+        table.load(memoryview(data)[_HEAD.size : -4], where)
+        table.count = count
+        return table
 
-    def _lock(self, path: Path) -> None:
-        """One writer per file (readers need no lock: the file is replaced atomically)."""
-        self._lock_fd = writer_lock(path, "bucket")
-
-    def _load(self, path: Path, given: tuple[float | None, ...]) -> ImprovedHashTable:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            self._unlock()
-            os_error(exc, "reading", path)
-        try:
-            if len(data) < _HEAD.size + 4 or data[:8] != MAGIC:
-                raise StoreCorrupt(f"{path}: not a urlsieve bucket store (bad magic or too short)")
-            if zlib.crc32(data[:-4]) != int.from_bytes(data[-4:], "little"):
-                raise StoreCorrupt(
-                    f"{path}: checksum mismatch (truncated or damaged); restore it or delete it"
-                )
-            _, version, n, w, p, r, count, ident = _HEAD.unpack_from(data)
-            if version != FORMAT_VERSION:
-                raise StoreCorrupt(f"{path}: unsupported bucket store format {version}")
-            check_profile(ident.rstrip(b"\0").decode("ascii", "replace"), self._profile, path)
-            names = ("buckets", "width", "slots", "growth")
-            for name, value, stored in zip(names, given, (n, w, p, r), strict=True):
-                if value is not None and value != stored:
-                    raise ConfigError(
-                        f"{path} was created with {name}={stored}, not {value}: drop ?{name}= "
-                        "or use another file"
-                    )
-            table = ImprovedHashTable(n, w, p, r)
-            table.load(memoryview(data)[_HEAD.size : -4], str(path))
-            table.count = count
-            return table
-        except BaseException:
-            self._unlock()
-            raise
-
-    def _unlock(self) -> None:
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
-
-    @property
-    def profile(self) -> Profile:
-        return self._profile
+    def _encode(self) -> bytes:
+        t = self._table
+        ident = self._profile.ident.encode("ascii")
+        head = _HEAD.pack(
+            MAGIC, FORMAT_VERSION, t.buckets, t.width, t.slots, t.growth, t.count, ident
+        )
+        body = head + t.dump()
+        return body + zlib.crc32(body).to_bytes(4, "little")
 
     @property
     def table(self) -> ImprovedHashTable:
         return self._table
-
-    def _digests(self, urls: Iterable[str]) -> list[bytes]:
-        profile = self._profile
-        return [md5_digest(u, profile) for u in urls]
-
-    def _writable(self) -> None:
-        if self._closed:
-            raise StoreError("bucket store is closed")
-        if self._readonly:
-            raise StoreReadOnly(
-                f"bucket store {self._path} was opened read-only; open it without ?readonly=1"
-            )
-
-    def add(self, url: str) -> bool:
-        digest = md5_digest(url, self._profile)
-        with self._tlock:
-            self._writable()
-            self._dirty = True
-            return self._table.add(digest)
-
-    def add_many(self, urls: Iterable[str]) -> list[bool]:
-        digests = self._digests(urls)  # every URL valid before any is added
-        with self._tlock:
-            if digests:
-                self._writable()
-                self._dirty = True
-            add = self._table.add
-            return [add(d) for d in digests]
-
-    def __contains__(self, url: object) -> bool:
-        return isinstance(url, str) and md5_digest(url, self._profile) in self._table
-
-    def contains_many(self, urls: Iterable[str]) -> list[bool]:
-        table = self._table
-        return [d in table for d in self._digests(urls)]
-
-    def __len__(self) -> int:
-        return len(self._table)
 
     def stats(self) -> StoreStats:
         t = self._table
@@ -381,38 +309,3 @@ class BucketStore:
                 "path": str(self._path) if self._path else None,
             },
         )
-
-    def flush(self) -> None:
-        """Write the table to a temporary file and atomically replace ``PATH`` with it."""
-        with self._tlock:
-            if self._path is None or self._readonly or self._closed or not self._dirty:
-                return
-            t = self._table
-            ident = self._profile.ident.encode("ascii")
-            head = _HEAD.pack(
-                MAGIC, FORMAT_VERSION, t.buckets, t.width, t.slots, t.growth, t.count, ident
-            )
-            body = head + t.dump()
-            blob = body + zlib.crc32(body).to_bytes(4, "little")
-            write_atomic(self._path, blob)
-            self._dirty = False
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        try:
-            self.flush()
-        finally:
-            self._closed = True
-            self._unlock()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

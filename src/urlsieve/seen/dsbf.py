@@ -38,20 +38,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import struct
-import threading
 import zlib
-from collections.abc import Iterable
-from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from collections.abc import Mapping
+from typing import Any
 
 import xxhash
 
-from urlsieve.exceptions import ConfigError, StoreCorrupt, StoreError, StoreReadOnly
+from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.fingerprint import fingerprint128
-from urlsieve.seen._seedio import check_profile, os_error, write_atomic, writer_lock
+from urlsieve.seen._seedio import check_params, check_profile, pick
+from urlsieve.seen._snapshot import SnapshotStore
 from urlsieve.seen.base import StoreStats
 from urlsieve.url import FILTER, Profile
 
@@ -266,8 +263,10 @@ class DSBF:
         return tree, profile
 
 
-class DsbfStore:
+class DsbfStore(SnapshotStore[DSBF]):
     """A seen store on a :class:`DSBF` (approximate: Bloom false positives)."""
+
+    kind = "dsbf"
 
     def __init__(
         self,
@@ -281,115 +280,46 @@ class DsbfStore:
         ratio: float | None = None,
         readonly: bool = False,
     ) -> None:
-        self._profile = profile
-        self._path = Path(location) if location else None
-        self._readonly = readonly
-        self._lock_fd = -1
-        self._tlock = threading.Lock()
-        self._closed = False
-        self._dirty = False
-        given: dict[str, float | None] = {
+        given = {
             "capacity": capacity,
             "error": error,
             "leaf_bits": leaf_bits,
             "fanout": fanout,
             "ratio": ratio,
         }
-        if self._path is not None and not readonly:
-            self._lock(self._path)
-        try:
-            if self._path is not None and self._path.exists():
-                self._tree = self._load(self._path, given)
-            else:
-                if readonly:
-                    raise StoreError(f"{location or 'dsbf:'}: no dsbf store to open read-only")
-                self._tree = DSBF(
-                    capacity=1_000_000 if capacity is None else capacity,
-                    error=0.01 if error is None else error,
-                    leaf_bits=1 << 20 if leaf_bits is None else leaf_bits,
-                    fanout=3 if fanout is None else fanout,
-                    ratio=0.5 if ratio is None else ratio,
-                )
-                if self._path is not None:
-                    self._dirty = True
-                    self.flush()
-        except BaseException:
-            self._unlock()
-            raise
+        super().__init__(location, profile, readonly, given)
 
-    def _lock(self, path: Path) -> None:
-        """One writer per file (readers need no lock: the file is replaced atomically)."""
-        self._lock_fd = writer_lock(path, "dsbf")
+    def _key(self, url: str) -> bytes:
+        return fingerprint128(url, self._profile)
 
-    def _unlock(self) -> None:
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+    def _new(self, given: Mapping[str, float | None]) -> DSBF:
+        return DSBF(
+            capacity=int(pick(given, "capacity", 1_000_000)),
+            error=pick(given, "error", 0.01),
+            leaf_bits=int(pick(given, "leaf_bits", 1 << 20)),
+            fanout=int(pick(given, "fanout", 3)),
+            ratio=pick(given, "ratio", 0.5),
+        )
 
-    def _load(self, path: Path, given: dict[str, float | None]) -> DSBF:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            os_error(exc, "reading", path)
-        tree, ident = DSBF.load(data, str(path))
-        check_profile(ident, self._profile, path)
-        for name, value in given.items():
-            stored = tree.params()[name]
-            if value is not None and value != stored:
-                raise ConfigError(
-                    f"{path} was created with {name}={stored}, not {value}: drop ?{name}= "
-                    "or use another file"
-                )
+    def _decode(self, data: bytes, where: str, given: Mapping[str, float | None]) -> DSBF:
+        tree, ident = DSBF.load(data, where)
+        check_profile(ident, self._profile, where)
+        check_params(where, given, tree.params())
         return tree
 
-    @property
-    def profile(self) -> Profile:
-        return self._profile
+    def _encode(self) -> bytes:
+        return self._tree.dump(self._profile.ident)
 
     @property
     def tree(self) -> DSBF:
-        return self._tree
+        return self._table
 
-    def _fps(self, urls: Iterable[str]) -> list[bytes]:
-        profile = self._profile
-        return [fingerprint128(u, profile) for u in urls]
-
-    def _writable(self) -> None:
-        if self._closed:
-            raise StoreError("dsbf store is closed")
-        if self._readonly:
-            raise StoreReadOnly(
-                f"dsbf store {self._path} was opened read-only; open it without ?readonly=1"
-            )
-
-    def add(self, url: str) -> bool:
-        fp = fingerprint128(url, self._profile)
-        with self._tlock:
-            self._writable()
-            self._dirty = True
-            return self._tree.add(fp)
-
-    def add_many(self, urls: Iterable[str]) -> list[bool]:
-        fps = self._fps(urls)  # every URL valid before any is added
-        with self._tlock:
-            if fps:
-                self._writable()
-                self._dirty = True
-            add = self._tree.add
-            return [add(fp) for fp in fps]
-
-    def __contains__(self, url: object) -> bool:
-        return isinstance(url, str) and fingerprint128(url, self._profile) in self._tree
-
-    def contains_many(self, urls: Iterable[str]) -> list[bool]:
-        tree = self._tree
-        return [fp in tree for fp in self._fps(urls)]
-
-    def __len__(self) -> int:
-        return len(self._tree)
+    @property
+    def _tree(self) -> DSBF:
+        return self._table
 
     def stats(self) -> StoreStats:
-        t = self._tree
+        t = self._table
         return StoreStats(
             backend="dsbf",
             profile=self._profile.ident,
@@ -411,32 +341,3 @@ class DsbfStore:
                 "path": str(self._path) if self._path else None,
             },
         )
-
-    def flush(self) -> None:
-        """Write the tree to a temporary file and atomically replace ``PATH`` with it."""
-        with self._tlock:
-            if self._path is None or self._readonly or self._closed or not self._dirty:
-                return
-            blob = self._tree.dump(self._profile.ident)
-            write_atomic(self._path, blob)
-            self._dirty = False
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        try:
-            self.flush()
-        finally:
-            self._closed = True
-            self._unlock()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
