@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = ROOT.parent / "shared" / "data"
+#: ../shared/data beside the checkout; URLSIEVE_SHARED_DATA overrides (e.g. from a worktree).
+SHARED_DATA = Path(os.environ.get("URLSIEVE_SHARED_DATA", ROOT.parent / "shared" / "data"))
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 
 

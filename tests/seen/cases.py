@@ -39,4 +39,31 @@ CASES: list[StoreCase] = [
         exact=False,
         persistent=True,
     ),
+    # Seed 002 at a reduced width (256 files of 8 KB instead of 2 MB) to keep tests small.
+    StoreCase(
+        "bitmap-crc32",
+        lambda request, tmp: f"bitmap:{tmp / 'bm'}?signature=crc32&width=24",
+        exact=False,
+        persistent=True,
+    ),
+    StoreCase(
+        "bitmap-md5",
+        lambda request, tmp: f"bitmap:{tmp / 'bm'}?signature=md5&width=26",
+        exact=False,
+        persistent=True,
+    ),
+    StoreCase(
+        "buckets",
+        lambda request, tmp: f"buckets:{tmp / 'seen.buckets'}?buckets=1024",
+        exact=True,
+        persistent=True,
+    ),
+    StoreCase(
+        "dsbf",
+        lambda request, tmp: f"dsbf:{tmp / 'seen.dsbf'}?capacity=5000&error=0.01&leaf_bits=16384",
+        exact=False,
+        persistent=True,
+    ),
+    StoreCase("dsbf-memory", lambda request, tmp: "dsbf:", exact=False, persistent=False),
+    StoreCase("buckets-memory", lambda request, tmp: "buckets:", exact=True, persistent=False),
 ]

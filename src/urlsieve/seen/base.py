@@ -184,6 +184,24 @@ BACKENDS: dict[str, Backend] = {
     "bloom": Backend(
         "urlsieve.seen.bloom:BloomStore", {"capacity": int, "error": float, "readonly": bool}
     ),
+    "bitmap": Backend(
+        "urlsieve.seen.bitmap:BitmapStore", {"signature": str, "width": int, "readonly": bool}
+    ),
+    "buckets": Backend(
+        "urlsieve.seen.buckets:BucketStore",
+        {"buckets": int, "width": int, "slots": int, "growth": float, "readonly": bool},
+    ),
+    "dsbf": Backend(
+        "urlsieve.seen.dsbf:DsbfStore",
+        {
+            "capacity": int,
+            "error": float,
+            "leaf_bits": int,
+            "fanout": int,
+            "ratio": float,
+            "readonly": bool,
+        },
+    ),
 }
 
 

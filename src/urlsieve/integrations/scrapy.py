@@ -1,0 +1,212 @@
+"""Scrapy integration: a duplicate filter on any seen store, and a request fingerprinter.
+
+Settings (``settings.py`` of a Scrapy project)::
+
+    DUPEFILTER_CLASS = "urlsieve.integrations.scrapy.UrlsieveDupeFilter"
+    REQUEST_FINGERPRINTER_CLASS = "urlsieve.integrations.scrapy.UrlsieveFingerprinter"
+
+    URLSIEVE_SEEN_STORE = "bloom:/var/lib/crawl/seen.bloom?capacity=100000000&error=0.001"
+    URLSIEVE_PROFILE = "crawler"        # or "filter"; the canonicalisation profile
+    URLSIEVE_FLUSH_EVERY = 1000         # flush the store every N new requests
+
+Which store (first match wins):
+
+1. ``URLSIEVE_SEEN_STORE``, any spec :func:`urlsieve.seen.open_seen` accepts;
+   ``{jobdir}`` in it is replaced by the ``JOBDIR`` setting.
+2. With ``JOBDIR`` set: a persistent store in the job directory, so that a
+   resumed crawl remembers what it fetched — ``exact:{jobdir}/urlsieve.exact``
+   when the ``exact`` backend is installed, else ``buckets:{jobdir}/urlsieve.buckets``
+   (seed 001's table: exact, 16 bytes per URL plus 16 MB at the start).
+3. Otherwise ``memory:`` (forgotten at the end of the crawl, like Scrapy's own).
+
+The duplicate filter keys a GET request on its URL, so that every spelling
+of one URL (case, ``/./``, ``%61``, a fragment, with the crawler profile
+parameter order and ``utm_*``) is fetched once. Other methods, and requests
+with a body, are keyed on the URL plus the method and a hash of the body
+(as extra query parameters), so two different POSTs to one URL are two
+requests. A URL urlsieve cannot canonicalise (``data:``, ``about:``) is
+never filtered.
+
+The fingerprinter gives Scrapy (its HTTP cache, its own filters) the same
+notion of "same request": the 128-bit urlsieve fingerprint of the canonical
+URL, mixed with the method and body for requests other than a plain GET.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Self
+
+import xxhash
+from scrapy.dupefilters import BaseDupeFilter
+from scrapy.utils.request import referer_str
+
+from urlsieve.exceptions import ConfigError, InvalidURL
+from urlsieve.fingerprint import canonical_bytes, fingerprint128
+from urlsieve.seen.base import BACKENDS, PROFILES, SeenStore, open_seen
+from urlsieve.url import CRAWLER, Profile
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Request
+    from scrapy.settings import BaseSettings
+    from scrapy.spiders import Spider
+
+__all__ = ["UrlsieveDupeFilter", "UrlsieveFingerprinter", "store_spec"]
+
+logger = logging.getLogger(__name__)
+
+
+def _profile(settings: BaseSettings) -> Profile:
+    name = settings.get("URLSIEVE_PROFILE", "crawler")
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ConfigError(
+            f"URLSIEVE_PROFILE={name!r} is not a profile (choose {', '.join(sorted(PROFILES))})"
+        ) from None
+
+
+def store_spec(settings: BaseSettings) -> str:
+    """The seen-store spec the duplicate filter opens for these Scrapy settings."""
+    jobdir = settings.get("JOBDIR")
+    spec: str | None = settings.get("URLSIEVE_SEEN_STORE")
+    if spec:
+        if "{jobdir}" in spec:
+            if not jobdir:
+                raise ConfigError(
+                    f"URLSIEVE_SEEN_STORE={spec!r} uses {{jobdir}} but JOBDIR is not set: "
+                    "set JOBDIR or give a full path"
+                )
+            spec = spec.replace("{jobdir}", str(jobdir))
+        return spec
+    if jobdir:
+        if "exact" in BACKENDS:
+            return f"exact:{jobdir}/urlsieve.exact"
+        return f"buckets:{jobdir}/urlsieve.buckets"
+    return "memory:"
+
+
+def _has_body_or_method(request: Request) -> bool:
+    return request.method != "GET" or bool(request.body)
+
+
+def _key(request: Request) -> str:
+    """The URL the seen store keys a request on (see the module docstring)."""
+    if not _has_body_or_method(request):
+        return request.url
+    body = xxhash.xxh3_64_hexdigest(request.body or b"")
+    url = request.url.partition("#")[0]
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}urlsieve-method={request.method}&urlsieve-body={body}"
+
+
+class UrlsieveFingerprinter:
+    """``REQUEST_FINGERPRINTER_CLASS``: urlsieve's 128-bit fingerprint of a request, as bytes."""
+
+    def __init__(self, profile: Profile = CRAWLER) -> None:
+        self.profile = profile
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(_profile(crawler.settings))
+
+    def fingerprint(self, request: Request) -> bytes:
+        try:
+            if not _has_body_or_method(request):
+                return fingerprint128(request.url, self.profile)
+            canonical = canonical_bytes(request.url, self.profile)
+        except InvalidURL:
+            # Not a URL urlsieve canonicalises (data:, about:): hash it as it is.
+            canonical = b"raw:" + request.url.encode("utf-8", "surrogateescape")
+        return xxhash.xxh3_128_digest(
+            request.method.encode("ascii") + b"\0" + canonical + b"\0" + (request.body or b"")
+        )
+
+
+class UrlsieveDupeFilter(BaseDupeFilter):
+    """``DUPEFILTER_CLASS`` on any urlsieve seen store (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: SeenStore,
+        *,
+        debug: bool = False,
+        flush_every: int = 1000,
+        crawler: Crawler | None = None,
+    ) -> None:
+        self.store = store
+        self.debug = debug
+        self.flush_every = max(1, flush_every)
+        self.crawler = crawler
+        self._since_flush = 0
+        self._logged_once = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        settings = crawler.settings
+        spec = store_spec(settings)
+        store = open_seen(spec, profile=_profile(settings))
+        logger.info("urlsieve duplicate filter on %s", spec)
+        return cls(
+            store,
+            debug=settings.getbool("DUPEFILTER_DEBUG"),
+            flush_every=settings.getint("URLSIEVE_FLUSH_EVERY", 1000),
+            crawler=crawler,
+        )
+
+    def _inc(self, key: str, count: int = 1) -> None:
+        if self.crawler is not None and self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key, count)
+
+    def request_seen(self, request: Request) -> bool:
+        try:
+            new = self.store.add(_key(request))
+        except InvalidURL:
+            self._inc("urlsieve/uncanonical")
+            return False
+        if new:
+            self._since_flush += 1
+            if self._since_flush >= self.flush_every:
+                self.store.flush()
+                self._since_flush = 0
+        return not new
+
+    def close(self, reason: str) -> None:
+        stats = self.store.stats()
+        if self.crawler is not None and self.crawler.stats is not None:
+            self.crawler.stats.set_value("urlsieve/seen_count", stats.count)
+            self.crawler.stats.set_value(
+                "urlsieve/expected_false_positives", stats.expected_false_positives
+            )
+        logger.info(
+            "urlsieve %s store: %d URLs, expected false positives %.2f",
+            stats.backend,
+            stats.count,
+            stats.expected_false_positives,
+        )
+        self.store.close()
+
+    def log(self, request: Request, spider: Spider) -> None:
+        if self.debug:
+            logger.debug(
+                "Filtered duplicate request: %(request)s (referer: %(referer)s)",
+                {"request": request, "referer": referer_str(request)},
+                extra={"spider": spider},
+            )
+        elif not self._logged_once:
+            logger.debug(
+                "Filtered duplicate request: %(request)s - no more duplicates will be shown "
+                "(see DUPEFILTER_DEBUG to show all duplicates)",
+                {"request": request},
+                extra={"spider": spider},
+            )
+            self._logged_once = True
+        self._inc("dupefilter/filtered")
+
+    def __repr__(self) -> str:
+        return f"UrlsieveDupeFilter({self.store!r})"
+
+    def stats(self) -> dict[str, Any]:
+        """The store's statistics, as a dict."""
+        return self.store.stats().as_dict()

@@ -1,0 +1,141 @@
+"""File plumbing shared by the seed stores (bitmap, buckets, dsbf).
+
+OS errors are translated into the store exceptions here, at the boundary,
+with the path and what to do; the original stays visible as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+from urlsieve.exceptions import (
+    ConfigError,
+    ProfileMismatch,
+    StoreError,
+    StoreFull,
+    StoreReadOnly,
+)
+from urlsieve.url import Profile
+
+__all__ = [
+    "check_params",
+    "check_profile",
+    "fsync_dir",
+    "os_error",
+    "pick",
+    "syncfs",
+    "write_atomic",
+    "writer_lock",
+]
+
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def os_error(exc: OSError, what: str, path: str | os.PathLike[str]) -> NoReturn:
+    """Raise the store error an ``OSError`` means, naming ``what`` failed on ``path``."""
+    if exc.errno in _FULL:
+        raise StoreFull(
+            f"{path}: {what} failed, no space left ({exc.strerror}); the write did not "
+            "happen: free disk space (or raise the size limit) and retry"
+        ) from exc
+    if exc.errno in _DENIED:
+        raise StoreReadOnly(
+            f"{path}: {what} failed, not writable ({exc.strerror}); "
+            "open the store with ?readonly=1 to read it, or fix the permissions"
+        ) from exc
+    raise StoreError(f"{path}: {what} failed: {exc}") from exc
+
+
+def check_profile(stored: str, profile: Profile, path: str | os.PathLike[str]) -> None:
+    """Refuse to read a store written under another canonicalisation profile."""
+    if stored != profile.ident:
+        raise ProfileMismatch(
+            f"{path} was written with profile {stored!r}, not {profile.ident!r}: "
+            f"open it with ?profile={stored.split('/', maxsplit=1)[0]} or use another location"
+        )
+
+
+def pick(given: Mapping[str, float | None], name: str, default: float) -> float:
+    """A parameter as given, or its default when it was not."""
+    value = given.get(name)
+    return default if value is None else value
+
+
+def check_params(where: str, given: Mapping[str, float | None], stored: Mapping[str, Any]) -> None:
+    """Refuse parameters that contradict the ones a store was created with."""
+    for name, value in given.items():
+        if value is not None and value != stored[name]:
+            raise ConfigError(
+                f"{where} was created with {name}={stored[name]}, not {value}: drop ?{name}= "
+                "or use another file"
+            )
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new directory entry in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def syncfs(fd: int) -> bool:
+    """Flush every dirty page of the filesystem holding ``fd`` (Linux ``syncfs``).
+
+    One call instead of thousands of ``fsync`` when a store has written to
+    many files. Returns False where ``syncfs`` is not available.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.syncfs
+    except (OSError, AttributeError):
+        return False
+    if call(fd) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return True
+
+
+def writer_lock(path: Path, kind: str) -> int:
+    """Take the one-writer lock of a store file (``PATH.lock``); returns the fd to close."""
+    lock_path = path.with_name(path.name + ".lock")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        os_error(exc, "locking", lock_path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreError(
+            f"{path} is open for writing in another process; a {kind} store has one writer "
+            "at a time (open this one with ?readonly=1 to read it, or use bitmap: for a "
+            "store shared by processes)"
+        ) from None
+    return fd
+
+
+def write_atomic(path: Path, blob: bytes) -> None:
+    """Replace ``path`` by ``blob`` so that a crash leaves the old or the new file, never half."""
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(blob)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        os_error(exc, "writing", path)

@@ -1,0 +1,158 @@
+"""Scrapy integration: the fingerprinter in-process, the duplicate filter in a real crawl."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scrapy import Request
+from scrapy.settings import Settings
+
+from urlsieve import ConfigError
+from urlsieve.integrations.scrapy import UrlsieveDupeFilter, UrlsieveFingerprinter, store_spec
+from urlsieve.seen import BACKENDS, open_seen
+from urlsieve.url import FILTER
+
+CRAWL = Path(__file__).with_name("crawl_site.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+# Every page is linked in several spellings that are one URL once canonicalised.
+PAGES = {
+    "index.html": """
+        <a href="a.html">a</a> <a href="/a.html">a</a> <a href="./a.html#top">a</a>
+        <a href="/x/../a.html">a</a> <a href="/%61.html">a</a> <a href="//{host}/a.html">a</a>
+        <a href="HTTP://{HOST}/a.html">a</a>
+        <a href="b.html?y=2&x=1">b</a> <a href="b.html?x=1&y=2">b</a>
+        <a href="/b.html?x=1&y=2&utm_source=news">b</a>
+    """,
+    "a.html": """<a href="c.html">c</a> <a href="/./c.html">c</a> <a href="/">home</a>
+                 <a href="http://{host}">home</a> <a href="./">home</a>""",
+    "b.html": """<a href="/c.html#x">c</a> <a href="//{host}//c.html">c</a>
+                 <a href="a.html">a</a>""",
+    "c.html": """<a href="/index.html?utm_medium=x">index, another URL</a> <a href="/">home</a>""",
+}
+DISTINCT = {"/", "/a.html", "/b.html", "/c.html", "/index.html"}
+
+
+class _Site(ThreadingHTTPServer):
+    requests: list[str]
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[_Site]:
+    root = tmp_path / "site"
+    root.mkdir()
+    server: _Site
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def do_GET(self) -> None:
+            server.requests.append(self.path)
+            super().do_GET()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = _Site(("127.0.0.1", 0), Handler)
+    server.requests = []
+    host = f"127.0.0.1:{server.server_address[1]}"
+    for name, html in PAGES.items():
+        body = html.replace("{host}", host).replace("{HOST}", host.upper())
+        (root / name).write_text(f"<html><body>{body}</body></html>")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def crawl(server: _Site, jobdir: Path, spec: str | None) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    args = [sys.executable, "-W", "error::DeprecationWarning", str(CRAWL), url, str(jobdir)]
+    args += [spec] if spec else []
+    proc = subprocess.run(args, check=False, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    stats: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return stats
+
+
+def page(path: str) -> str:
+    return path.split("?", 1)[0].split("#", 1)[0].replace("%61", "a").replace("//", "/")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "spec",
+    [None, "bitmap:{jobdir}/seen.bitmap?width=24", "dsbf:{jobdir}/seen.dsbf?capacity=1000"],
+    ids=["jobdir-default", "bitmap", "dsbf"],
+)
+def test_real_crawl_fetches_each_page_once_and_resumes_with_nothing(
+    site: _Site, tmp_path: Path, spec: str | None
+) -> None:
+    jobdir = tmp_path / "job"
+    first = crawl(site, jobdir, spec)
+    fetched = [page(p) for p in site.requests]
+    assert sorted(fetched) == sorted(DISTINCT), site.requests  # each page exactly once
+    assert first["downloader/request_count"] == len(DISTINCT)
+    assert first["dupefilter/filtered"] >= 10  # the other spellings were filtered
+    assert first["urlsieve/seen_count"] == len(DISTINCT)
+
+    site.requests.clear()
+    second = crawl(site, jobdir, spec)
+    assert site.requests == []  # a resumed job with the same JOBDIR fetches nothing new
+    assert second.get("downloader/request_count", 0) == 0
+    assert second["dupefilter/filtered"] == 1  # the start URL, remembered in the JOBDIR
+
+
+def test_store_spec_precedence() -> None:
+    assert store_spec(Settings()) == "memory:"
+    default = store_spec(Settings({"JOBDIR": "/j"}))
+    assert default == (
+        "exact:/j/urlsieve.exact" if "exact" in BACKENDS else "buckets:/j/urlsieve.buckets"
+    )
+    explicit = Settings({"JOBDIR": "/j", "URLSIEVE_SEEN_STORE": "dsbf:{jobdir}/s?capacity=5"})
+    assert store_spec(explicit) == "dsbf:/j/s?capacity=5"
+    with pytest.raises(ConfigError, match="JOBDIR is not set"):
+        store_spec(Settings({"URLSIEVE_SEEN_STORE": "bitmap:{jobdir}/x"}))
+
+
+def test_fingerprints_are_bytes_and_equal_for_equal_requests() -> None:
+    fp = UrlsieveFingerprinter().fingerprint
+    a = fp(Request("http://Example.com/a/./b?y=2&x=1&utm_source=z#frag"))
+    assert isinstance(a, bytes)
+    assert len(a) == 16
+    assert a == fp(Request("http://example.com/a/b?x=1&y=2"))
+    assert a != fp(Request("http://example.com/a/b?x=1&y=3"))
+    post = fp(Request("http://example.com/a/b?x=1&y=2", method="POST", body=b"q=1"))
+    assert post not in (
+        a,
+        fp(Request("http://example.com/a/b?x=1&y=2", method="POST", body=b"q=2")),
+    )
+    assert fp(Request("data:text/plain,hello")) != fp(Request("data:text/plain,world"))
+    # The filter profile keeps parameter order and tracking parameters.
+    strict = UrlsieveFingerprinter(FILTER).fingerprint
+    assert strict(Request("http://e.com/?b=1&a=2")) != strict(Request("http://e.com/?a=2&b=1"))
+
+
+def test_dupefilter_keys_posts_by_body_and_never_filters_uncanonical_urls() -> None:
+    df = UrlsieveDupeFilter(open_seen("memory:"))
+    assert df.request_seen(Request("http://e.com/form", method="POST", body=b"a=1")) is False
+    assert df.request_seen(Request("http://e.com/form", method="POST", body=b"a=2")) is False
+    assert df.request_seen(Request("http://e.com/form#x", method="POST", body=b"a=1")) is True
+    assert df.request_seen(Request("http://e.com/form")) is False  # the GET is another request
+    assert df.request_seen(Request("HTTP://E.COM/form")) is True
+    assert df.request_seen(Request("data:text/plain,x")) is False
+    assert df.request_seen(Request("data:text/plain,x")) is False
+    assert df.stats()["count"] == 3
+    df.close("finished")
