@@ -89,7 +89,7 @@ class ServerProcess:
             "--logfile", "server.log",
             *self.options,
         ]  # fmt: skip
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -119,8 +119,6 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
-        if self.proc is not None and self.proc.stderr is not None:
-            self.proc.stderr.close()
 
 
 @dataclass
@@ -162,13 +160,13 @@ def start_server(directory: Path, *options: str) -> ServerProcess:
     return server
 
 
-def start_cluster(directory: Path) -> Cluster:
+def start_cluster(directory: Path, *options: str) -> Cluster:
     binary = require_binary()
     nodes: list[ServerProcess] = []
     buses: list[int] = []
     cluster = Cluster(nodes)
     try:
-        _form_cluster(binary, directory, nodes, buses)
+        _form_cluster(binary, directory, nodes, buses, list(options))
     except BaseException:
         cluster.stop()
         raise
@@ -176,7 +174,7 @@ def start_cluster(directory: Path) -> Cluster:
 
 
 def _form_cluster(
-    binary: str, directory: Path, nodes: list[ServerProcess], buses: list[int]
+    binary: str, directory: Path, nodes: list[ServerProcess], buses: list[int], options: list[str]
 ) -> None:
     for i in range(3):
         bus = free_port()
@@ -190,6 +188,7 @@ def _form_cluster(
                 "--cluster-config-file", "nodes.conf",
                 "--cluster-node-timeout", "1000",
                 "--cluster-port", str(bus),
+                *options,
             ],
         )  # fmt: skip
         nodes.append(node)
@@ -204,10 +203,30 @@ def _form_cluster(
     Cluster(nodes).wait_ok()
 
 
+@pytest.fixture
+def fresh_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A private standalone server (for tests that kill, pause or reconfigure it)."""
+    server = start_server(tmp_path / "valkey")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A private 3-primary cluster (for tests that kill a node)."""
+    cluster = start_cluster(tmp_path / "cluster")
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture(scope="session")
 def valkey_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A standalone server shared by the session (tests use unique key prefixes)."""
-    server = start_server(tmp_path_factory.mktemp("valkey"))
+    """A standalone server shared by the session (tests use unique key prefixes).
+
+    AOF with fsync every second (the usual production setting); the crash
+    tests use private servers that fsync every write.
+    """
+    server = start_server(tmp_path_factory.mktemp("valkey"), "--appendfsync", "everysec")
     yield server
     server.stop()
 
@@ -215,7 +234,7 @@ def valkey_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
 @pytest.fixture(scope="session")
 def valkey_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A 3-primary cluster shared by the session."""
-    cluster = start_cluster(tmp_path_factory.mktemp("valkey-cluster"))
+    cluster = start_cluster(tmp_path_factory.mktemp("valkey-cluster"), "--appendfsync", "everysec")
     yield cluster
     cluster.stop()
 
@@ -230,9 +249,12 @@ def drop_prefix(servers: list[ServerProcess], prefix: str) -> None:
         if server.proc is None or server.proc.poll() is not None:
             continue
         with server.client() as c:
-            keys = list(c.scan_iter(match=f"{{{prefix}*", count=1000))
-            for key in keys:
-                c.unlink(key)
+            keys = list(c.scan_iter(match=f"{{{prefix}*", count=10_000))
+            for lo in range(0, len(keys), 1000):
+                pipe = c.pipeline(transaction=False)
+                for key in keys[lo : lo + 1000]:
+                    pipe.unlink(key)  # one key per command: a cluster refuses cross-slot UNLINK
+                pipe.execute()
 
 
 def valkey_spec(request: pytest.FixtureRequest, fixture: str, kind: str, query: str = "") -> str:

@@ -38,6 +38,7 @@ from valkey.cluster import ValkeyCluster
 from valkey.connection import parse_url
 
 from urlsieve.exceptions import ConfigError, StoreCorrupt, StoreError, StoreUnavailable
+from urlsieve.seen.valkey._resp import commands
 
 __all__ = ["BatchInterrupted", "Cmd", "Router", "Script"]
 
@@ -72,14 +73,34 @@ class Script:
         """A command that runs the script with one key (all keys it touches share its slot)."""
         return Cmd(key, ("EVALSHA", self.sha, 1, key, *args), self)
 
+    def calls(
+        self, keys: Sequence[str], head: Sequence[Any], parts: Sequence[Any], sizes: Sequence[int]
+    ) -> list[Cmd]:
+        """One call per key: ``head`` then its ``sizes[i]`` rows of ``parts`` (see ``_resp``)."""
+        heads = [("EVALSHA", self.sha, 1, key, *head) for key in keys]
+        packed = commands(heads, parts, sizes)
+        return [Cmd(key, ("EVALSHA",), self, p) for key, p in zip(keys, packed, strict=True)]
+
 
 @dataclass(frozen=True, slots=True)
 class Cmd:
-    """One command and the key that routes it."""
+    """One command and the key that routes it (``packed``: its RESP bytes, when pre-encoded)."""
 
     key: str
     args: tuple[Any, ...]
     script: Script | None = None
+    packed: bytes | None = None
+    #: replies the packed bytes produce (several commands on one slot, e.g. MULTI … EXEC);
+    #: the result is then their list, or the first error among them
+    replies: int = 1
+
+    @classmethod
+    def many(
+        cls, name: str, keys: Sequence[str], parts: Sequence[Any], sizes: Sequence[int]
+    ) -> list[Cmd]:
+        """``name key <rows>`` per key, the integer rows encoded in bulk (see ``_resp``)."""
+        packed = commands([(name, key) for key in keys], parts, sizes)
+        return [cls(key, (name,), None, p) for key, p in zip(keys, packed, strict=True)]
 
 
 def _code(error: Exception) -> str:
@@ -256,7 +277,7 @@ class Router:
                     self._send(chunk, order, conns)
                 if inflight and (chunk is None or len(inflight) > 1):
                     sent, order = inflight.pop(0)
-                    yield self._finish(sent, self._read(order, conns))
+                    yield self._finish(sent, self._read(sent, order, conns))
                 if chunk is None and not inflight:
                     return
         except (vx.ConnectionError, vx.TimeoutError, OSError) as exc:
@@ -298,18 +319,31 @@ class Router:
                 node = self._nodes[name]
                 conns[name] = (node, node.client.connection_pool.get_connection("EVALSHA"))
             conn = conns[name][1]
-            conn.send_packed_command(
-                conn.pack_commands([chunk[i].args for i in idx]), check_health=False
-            )
+            packed: list[bytes] = []
+            for i in idx:
+                cmd = chunk[i]
+                packed.extend(
+                    [cmd.packed] if cmd.packed is not None else conn.pack_command(*cmd.args)
+                )
+            conn.send_packed_command([b"".join(packed)], check_health=False)
 
-    def _read(self, order: list[tuple[str, int]], conns: dict[str, tuple[_Node, Any]]) -> list[Any]:
+    def _read(
+        self,
+        chunk: Sequence[Cmd],
+        order: list[tuple[str, int]],
+        conns: dict[str, tuple[_Node, Any]],
+    ) -> list[Any]:
         replies: list[Any] = [None] * len(order)
         for name, i in order:
             conn = conns[name][1]
-            try:
-                replies[i] = conn.read_response(disconnect_on_error=False)
-            except vx.ResponseError as exc:
-                replies[i] = exc
+            group = []
+            for _ in range(chunk[i].replies):
+                try:
+                    group.append(conn.read_response(disconnect_on_error=False))
+                except vx.ResponseError as exc:
+                    group.append(exc)
+            errors = [r for r in group if isinstance(r, Exception)]
+            replies[i] = errors[0] if errors else group[0] if len(group) == 1 else group
         return replies
 
     def _finish(self, chunk: Sequence[Cmd], replies: list[Any]) -> list[Any]:
@@ -341,7 +375,7 @@ class Router:
         try:
             order = self._route(cmds)
             self._send(cmds, order, conns)
-            return self._read(order, conns)
+            return self._read(cmds, order, conns)
         except BaseException:
             for _node, conn in conns.values():
                 conn.disconnect()

@@ -34,9 +34,12 @@ from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.fingerprint import fingerprint128
 from urlsieve.seen.base import StoreStats
 from urlsieve.seen.valkey._client import Cmd
+from urlsieve.seen.valkey._resp import constant
 from urlsieve.seen.valkey._store import Decoder, ValkeyStore, group_by
 
 __all__ = ["BloomStore", "bloom_size", "expected_false_positives", "hash_pairs", "positions"]
+
+_SET, _GET, _ONE = constant("SET", "u1"), constant("GET", "u1"), constant(1)
 
 MAX_BLOCK_BITS = 1 << 27
 MIN_BLOCKS = 16
@@ -135,18 +138,12 @@ class BloomStore(ValkeyStore):
         block, offsets = prepared[0][lo:hi], prepared[1][lo:hi]
         k = self._k
         groups = group_by(block)
-        cmds = []
+        flat = offsets[np.concatenate(groups)].ravel()
+        keys = [self._keys[int(block[g[0]])] for g in groups]
+        sizes = [len(g) * k for g in groups]
         command, verb = ("BITFIELD", "SET") if op == "add" else ("BITFIELD_RO", "GET")
-        for g in groups:
-            flat = offsets[g].ravel().tolist()
-            if verb == "SET":
-                args: list[Any] = [verb, "u1", 0, 1] * len(flat)
-                args[2::4] = flat
-            else:
-                args = [verb, "u1", 0] * len(flat)
-                args[2::3] = flat
-            key = self._keys[int(block[g[0]])]
-            cmds.append(Cmd(key, (command, key, *args)))
+        row = (_SET, flat, _ONE) if verb == "SET" else (_GET, flat)
+        cmds = Cmd.many(command, keys, row, sizes)
 
         def decode(replies: list[Any]) -> npt.NDArray[np.bool_]:
             flags = np.empty(hi - lo, dtype=bool)

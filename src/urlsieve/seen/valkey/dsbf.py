@@ -11,15 +11,20 @@ inserts go to the children.
 
 In Valkey: leaf ``P`` (a path such as ``2.0.1``) is the string
 ``{prefix:d<P>}``, with its insert count ``{prefix:d<P>}:n`` and, once split,
-its seal ``{prefix:d<P>}:s`` in the same slot. One script per leaf and batch
-tests-and-sets the URLs, counts them and seals the leaf when it passes
-f_max, atomically. The seal is the truth about the tree's shape, and
-``{prefix}:tree`` (the set of split leaves) is the index every client reads:
-a client whose copy of the tree is stale sends inserts to a sealed leaf, the
-script refuses them and answers them as a lookup (marker ``S``), and the
-client re-reads the tree and carries on below. So any number of clients may
-race a split: a sealed leaf never changes again, a URL is inserted into
-exactly one unsealed leaf, and two clients adding the same URL see one "new".
+its seal ``{prefix:d<P>}:s`` in the same slot. An insert is one transaction
+per leaf and batch, ``MULTI; GET seal; BITFIELD SET …; EXEC``: an atomic
+test-and-set that also tells whether the leaf was sealed when it ran. If it
+was (the client's copy of the tree was stale), the old bits answer as a
+lookup in the sealed leaf, which every client queries anyway: a URL found
+there is not new, the others go on to the children. A URL is therefore
+new-tested in exactly one unsealed leaf, atomically, so two clients adding
+the same URL see one "new", however many race a split. After the insert the
+client adds the confirmed new URLs to the leaf's count and seals the leaf
+when the count passes the f_max point; the seal is the truth about the
+tree's shape, and ``{prefix}:tree`` (the set of split leaves) is the index
+clients read and re-read when they meet a seal. Lookups read the bits
+before the seal (``BITFIELD_RO`` then ``GET``), so a leaf sealed in between
+sends the lookup on down rather than missing a URL added below it.
 
 Compared with the seed paper: its batches of 300 become pipelined batches of
 ``batch`` URLs; its "rehash the old leaf's elements into the children" is
@@ -39,78 +44,34 @@ import numpy.typing as npt
 
 from urlsieve.exceptions import ConfigError, StoreCorrupt, StoreUnavailable
 from urlsieve.seen.base import StoreStats
-from urlsieve.seen.valkey._client import BatchInterrupted, Cmd, Script
+from urlsieve.seen.valkey._client import BatchInterrupted, Cmd
+from urlsieve.seen.valkey._resp import commands, constant
 from urlsieve.seen.valkey._store import ValkeyStore
 from urlsieve.seen.valkey.bloom import expected_false_positives, hash_pairs, positions
 
+_SET, _GET, _ONE = constant("SET", "u1"), constant("GET", "u1"), constant(1)
+
 __all__ = ["DsbfStore"]
 
-_LOOKUP = """
-local function lookup(key, k, first)
-  local bits = {}
-  for s = first, #ARGV, 1000 do
-    local ops = {}
-    for i = s, math.min(s + 999, #ARGV) do
-      ops[#ops + 1] = 'GET'; ops[#ops + 1] = 'u1'; ops[#ops + 1] = ARGV[i]
-    end
-    for _, v in ipairs(redis.call('BITFIELD_RO', key, unpack(ops))) do bits[#bits + 1] = v end
-  end
-  local out = {}
-  for u = 0, #bits / k - 1 do
-    local all = '1'
-    for t = 1, k do if bits[u * k + t] == 0 then all = '0'; break end end
-    out[#out + 1] = all
-  end
-  return table.concat(out)
-end
-"""
+_MULTI = b"*1\r\n$5\r\nMULTI\r\n"
+_EXEC = b"*1\r\n$4\r\nEXEC\r\n"
 
-#: KEYS[1] leaf; ARGV: k, split_at, offsets (k per URL). Reply: one digit per URL
-#: ("1" new), then "N" if this batch sealed the leaf; or lookup digits + "S" if
-#: the leaf was already sealed (nothing written).
-_ADD = Script(
-    "#!lua\n"
-    + _LOOKUP
-    + """
-local key = KEYS[1]
-local k = tonumber(ARGV[1])
-if redis.call('EXISTS', key .. ':s') == 1 then return lookup(key, k, 3) .. 'S' end
-local old = {}
-for s = 3, #ARGV, 1000 do
-  local ops = {}
-  for i = s, math.min(s + 999, #ARGV) do
-    ops[#ops + 1] = 'SET'; ops[#ops + 1] = 'u1'; ops[#ops + 1] = ARGV[i]; ops[#ops + 1] = '1'
-  end
-  for _, v in ipairs(redis.call('BITFIELD', key, unpack(ops))) do old[#old + 1] = v end
-end
-local out = {}
-local added = 0
-for u = 0, #old / k - 1 do
-  local new = '0'
-  for t = 1, k do if old[u * k + t] == 0 then new = '1'; break end end
-  if new == '1' then added = added + 1 end
-  out[#out + 1] = new
-end
-local n = redis.call('INCRBY', key .. ':n', added)
-if n >= tonumber(ARGV[2]) then
-  redis.call('SET', key .. ':s', '1')
-  return table.concat(out) .. 'N'
-end
-return table.concat(out)
-"""
-)
 
-#: KEYS[1] node; ARGV: k, offsets. Reply: one digit per URL ("1" present), "S" if sealed.
-_CHECK = Script(
-    "#!lua flags=no-writes\n"
-    + _LOOKUP
-    + """
-local key = KEYS[1]
-local out = lookup(key, tonumber(ARGV[1]), 2)
-if redis.call('EXISTS', key .. ':s') == 1 then return out .. 'S' end
-return out
-"""
-)
+def _pack(*args: str) -> bytes:
+    return commands([args], (), [0])[0]
+
+
+def _bits_and_seal(reply: Any, size: int, node: str) -> tuple[npt.NDArray[np.uint8], bool]:
+    """(old bits, sealed?) from ``[QUEUED…, [seal, bits]]`` (MULTI) or ``[bits, seal]``."""
+    if isinstance(reply, list) and len(reply) == 4:  # OK, QUEUED, QUEUED, [seal, bits]
+        reply = reply[3][::-1] if isinstance(reply[3], list) else None
+    if not (isinstance(reply, list) and len(reply) == 2 and isinstance(reply[0], list)):
+        raise StoreCorrupt(f"unexpected dsbf reply for leaf {node}: {reply!r:.80}")
+    bits, seal = reply
+    if len(bits) != size:
+        raise StoreCorrupt(f"dsbf leaf {node}: {len(bits)} bits for {size} positions")
+    return np.array(bits, dtype=np.uint8), seal is not None
+
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
@@ -251,54 +212,90 @@ class DsbfStore(ValkeyStore):
             found = np.zeros(len(todo), dtype=bool)
             leaf_flag = np.zeros(len(todo), dtype=bool)
             again = np.zeros(len(todo), dtype=bool)
-            # One request: lookups in every sealed ancestor, test-and-set (or lookup) in the leaf.
-            jobs: list[tuple[str, npt.NDArray[np.intp], bool]] = []
             by_node: dict[tuple[str, bool], list[int]] = {}
             for j, path in enumerate(paths):
                 for node in path[:-1]:
                     by_node.setdefault((node, False), []).append(j)
                 by_node.setdefault((path[-1], True), []).append(j)
-            cmds = []
-            for (node, is_leaf), members in by_node.items():
-                idx = np.array(members, dtype=np.intp)
-                flat = offsets[todo[idx]].ravel().tolist()
-                key = self._key(node)
-                if is_leaf and write:
-                    cmds.append(_ADD.call(key, k, self._split_at, *flat))
-                else:
-                    cmds.append(_CHECK.call(key, k, *flat))
-                jobs.append((node, idx, is_leaf))
-            replies = self._router.execute(cmds, idempotent=not write)
-            sealed_now: list[str] = []
+            jobs = [(node, np.array(m, dtype=np.intp), leaf) for (node, leaf), m in by_node.items()]
+            # One request: lookups in the sealed ancestors, test-and-set in the leaves.
+            replies = self._router.execute(
+                self._commands(jobs, todo, offsets, write), idempotent=not write
+            )
+            added: dict[str, int] = {}
+            sealed: list[str] = []
             for (node, idx, is_leaf), reply in zip(jobs, replies, strict=True):
-                if not isinstance(reply, bytes) or len(reply) not in (len(idx), len(idx) + 1):
-                    raise StoreCorrupt(f"unexpected dsbf reply for {node}: {reply!r:.80}")
-                digits = np.frombuffer(reply[: len(idx)], dtype=np.uint8) == ord("1")
-                marker = reply[len(idx) :]
+                bits, seal = _bits_and_seal(reply, len(idx) * k, node)
+                any_zero = bits.reshape(len(idx), k).min(axis=1) == 0
                 if not is_leaf:
-                    found[idx] |= digits
-                elif marker == b"S":  # sealed by someone else: a lookup; go on below it
-                    found[idx] |= digits
+                    found[idx] |= ~any_zero
+                elif seal:  # sealed by another client: this was a lookup; go on below it
+                    found[idx] |= ~any_zero
                     again[idx] = True
-                    sealed_now.append(node)
+                    sealed.append(node)
+                elif write:
+                    leaf_flag[idx] = any_zero
+                    added[node] = int(any_zero.sum())
                 else:
-                    leaf_flag[idx] = digits
-                    if marker == b"N":
-                        sealed_now.append(node)
-            if sealed_now:
-                self._router.execute(
-                    [Cmd(self._tree_key, ("SADD", self._tree_key, *sealed_now))], idempotent=True
-                )
-                self._read_tree()
-                self._split.update(sealed_now)
+                    found[idx] |= ~any_zero
+            if added:
+                sealed += self._count(added)
+            if sealed:
+                self._register(sealed)
             settled = ~again | found
             for j in np.flatnonzero(settled).tolist():
-                if write:
-                    out[int(todo[j])] = bool(leaf_flag[j] and not found[j])
-                else:
-                    out[int(todo[j])] = bool(found[j] or leaf_flag[j])
+                out[int(todo[j])] = bool(leaf_flag[j] and not found[j]) if write else bool(found[j])
             todo = todo[~settled]
         raise StoreCorrupt(f"{self._where()}: tree deeper than 64 levels; is split_at wrong?")
+
+    def _commands(
+        self,
+        jobs: list[tuple[str, npt.NDArray[np.intp], bool]],
+        todo: npt.NDArray[np.intp],
+        offsets: npt.NDArray[np.uint64],
+        write: bool,
+    ) -> list[Cmd]:
+        """Per node: an atomic test-and-set with the seal read (``MULTI GET BITFIELD EXEC``)
+        for a leaf being added to; else a lookup, then the seal (``BITFIELD_RO``, ``GET``)."""
+        k = self._k
+        keys = [self._key(node) for node, _, _ in jobs]
+        flat = offsets[todo[np.concatenate([idx for _, idx, _ in jobs])]].ravel()
+        sizes = [len(idx) * k for _, idx, _ in jobs]
+        sets = commands([("BITFIELD", key) for key in keys], (_SET, flat, _ONE), sizes)
+        gets = commands([("BITFIELD_RO", key) for key in keys], (_GET, flat), sizes)
+        cmds = []
+        for (_node, _idx, is_leaf), key, set_bits, get_bits in zip(
+            jobs, keys, sets, gets, strict=True
+        ):
+            seal = _pack("GET", key + ":s")
+            if is_leaf and write:
+                packed = _MULTI + seal + set_bits + _EXEC
+                cmds.append(Cmd(key, ("MULTI",), None, packed, replies=4))
+            else:
+                cmds.append(Cmd(key, ("BITFIELD_RO",), None, get_bits + seal, replies=2))
+        return cmds
+
+    def _count(self, added: dict[str, int]) -> list[str]:
+        """Add confirmed inserts to the leaves' counts; seal those past f_max (their names)."""
+        keys = {node: self._key(node) for node in added}
+        totals = self._router.execute(
+            [Cmd(keys[n], ("INCRBY", keys[n] + ":n", c)) for n, c in added.items()],
+            idempotent=False,
+        )
+        full = [n for n, total in zip(added, totals, strict=True) if int(total) >= self._split_at]
+        if full:
+            self._router.execute(
+                [Cmd(keys[n], ("SET", keys[n] + ":s", 1)) for n in full], idempotent=True
+            )
+        return full
+
+    def _register(self, sealed: list[str]) -> None:
+        """Record splits in the shared tree index and re-read it (other clients split too)."""
+        self._router.execute(
+            [Cmd(self._tree_key, ("SADD", self._tree_key, *sealed))], idempotent=True
+        )
+        self._read_tree()
+        self._split.update(sealed)
 
     # ------------------------------------------------------------------ size
 

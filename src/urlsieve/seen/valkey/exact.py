@@ -100,12 +100,9 @@ class ExactStore(ValkeyStore):
     def _cmds(self, script: Script, prepared: Any, lo: int, hi: int) -> tuple[list[Cmd], Decoder]:
         bucket, member, shard = (a[lo:hi] for a in prepared)
         groups = group_by(shard)
-        cmds = []
-        for g in groups:
-            args: list[Any] = [None] * (2 * len(g))
-            args[0::2] = bucket[g].tolist()
-            args[1::2] = member[g].tolist()
-            cmds.append(script.call(self._bases[int(shard[g[0]])], *args))
+        order = np.concatenate(groups)
+        keys = [self._bases[int(shard[g[0]])] for g in groups]
+        cmds = script.calls(keys, (), (bucket[order], member[order]), [len(g) for g in groups])
 
         def decode(replies: list[Any]) -> npt.NDArray[np.bool_]:
             flags = np.empty(hi - lo, dtype=bool)
