@@ -367,8 +367,12 @@ class Router:
                 raise StoreUnavailable(f"server {self.where} lost while resending: {exc}") from exc
             for i, r in zip(redo, results, strict=True):
                 replies[i] = r
-        bad = next(r for r in replies if isinstance(r, Exception))
-        raise StoreUnavailable(f"{self.where}: still refused after {self.retries} retries: {bad}")
+        bad = [r for r in replies if isinstance(r, Exception)]
+        if not bad:
+            return replies
+        raise StoreUnavailable(
+            f"{self.where}: still refused after {self.retries + 2} resends: {bad[0]}"
+        ) from bad[0]
 
     def _plain(self, cmds: Sequence[Cmd]) -> list[Any]:
         conns: dict[str, tuple[_Node, Any]] = {}
