@@ -16,7 +16,9 @@ per leaf and batch, ``MULTI; GET seal; BITFIELD SET …; EXEC``: an atomic
 test-and-set that also tells whether the leaf was sealed when it ran. If it
 was (the client's copy of the tree was stale), the old bits answer as a
 lookup in the sealed leaf, which every client queries anyway: a URL found
-there is not new, the others go on to the children. A URL is therefore
+there is not new, the others go on to the children (the stale batch's bits
+stay in the sealed leaf: at most one batch per client and split, and
+``stats()`` estimates false positives from the bits actually set). A URL is therefore
 new-tested in exactly one unsealed leaf, atomically, so two clients adding
 the same URL see one "new", however many race a split. After the insert the
 client adds the confirmed new URLs to the leaf's count and seals the leaf
@@ -314,13 +316,17 @@ class DsbfStore(ValkeyStore):
         self._check_open()
         counts = self._counts()
         nodes = list(counts)
-        lengths = self._router.execute(
-            [Cmd(self._key(n), ("STRLEN", self._key(n))) for n in nodes], idempotent=True
+        replies = self._router.execute(
+            [Cmd(self._key(n), ("STRLEN", self._key(n))) for n in nodes]
+            + [Cmd(self._key(n), ("BITCOUNT", self._key(n))) for n in nodes],
+            idempotent=True,
         )
+        lengths, ones = replies[: len(nodes)], dict(zip(nodes, replies[len(nodes) :], strict=True))
         k, m = self._k, self._m
 
         def fpr(node: str) -> float:
-            return float((-math.expm1(-k * counts[node] / m)) ** k)
+            """From the bits actually set (a sealed leaf can take a stale client's last batch)."""
+            return float((int(ones[node]) / m) ** k)
 
         def miss(node: str, weight: float, survive: float) -> float:
             """Weighted probability that a new URL routed through ``node`` is reported seen."""
