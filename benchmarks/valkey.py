@@ -19,6 +19,7 @@ import multiprocessing
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -37,13 +38,10 @@ CALL = 10_000  # URLs per add_many call of our stores
 Adder = Callable[[str, list[str]], int]  # (server url, urls) -> number reported new
 
 
-def ours(kind: str, capacity: int) -> Adder:
-    def add(url: str, urls: list[str]) -> int:
-        query = f"kind={kind}&prefix=bench&capacity={capacity}"
-        with open_seen(f"{url}?{query}") as store:
-            return sum(sum(store.add_many(urls[i : i + CALL])) for i in range(0, len(urls), CALL))
-
-    return add
+def ours(kind: str, capacity: int, url: str, urls: list[str]) -> int:
+    query = f"kind={kind}&prefix=bench&capacity={capacity}"
+    with open_seen(f"{url}?{query}") as store:
+        return sum(sum(store.add_many(urls[i : i + CALL])) for i in range(0, len(urls), CALL))
 
 
 def scrapy_redis_pipelined(url: str, urls: list[str]) -> int:
@@ -64,23 +62,18 @@ def scrapy_redis_per_request(url: str, urls: list[str]) -> int:
     )
 
 
-def setbit_bloom(capacity: int) -> Adder:
+def setbit_bloom(capacity: int, url: str, urls: list[str]) -> int:
     """The common Python Redis Bloom: one key, k SETBITs per URL in one round trip."""
     m, k = bloom_size(capacity, 0.001)
-
-    def add(url: str, urls: list[str]) -> int:
-        client = valkey.Valkey.from_url(url)
-        h1, h2 = hash_pairs(urls, FILTER)
-        offsets = positions(h1, h2, k, m).tolist()
-        new = 0
-        for row in offsets:
-            pipe = client.pipeline(transaction=False)
-            for off in row:
-                pipe.setbit("bloom", off, 1)
-            new += int(0 in pipe.execute())
-        return new
-
-    return add
+    client = valkey.Valkey.from_url(url)
+    h1, h2 = hash_pairs(urls, FILTER)
+    new = 0
+    for row in positions(h1, h2, k, m).tolist():
+        pipe = client.pipeline(transaction=False)
+        for off in row:
+            pipe.setbit("bloom", off, 1)
+        new += int(0 in pipe.execute())
+    return new
 
 
 def _child(adder: Adder, url: str, urls: list[str], go: Any, out: Any) -> None:
@@ -118,12 +111,16 @@ def main(argv: list[str] | None = None) -> int:
     urls = list(dict.fromkeys(generated_urls(args.urls)))
     n = len(urls)
     methods: list[tuple[str, Adder, int]] = [
-        ("urlsieve kind=exact", ours("exact", n), n),
-        ("urlsieve kind=bloom (ε=0.001)", ours("bloom", n), n),
-        ("urlsieve kind=dsbf (f_max=0.001)", ours("dsbf", n), n),
+        ("urlsieve kind=exact", partial(ours, "exact", n), n),
+        ("urlsieve kind=bloom (ε=0.001)", partial(ours, "bloom", n), n),
+        ("urlsieve kind=dsbf (f_max=0.001)", partial(ours, "dsbf", n), n),
         ("scrapy-redis SADD sha1 hex, pipelined ×1000", scrapy_redis_pipelined, n),
         ("scrapy-redis SADD sha1 hex, one per request", scrapy_redis_per_request, args.single),
-        ("per-URL SETBIT Bloom (k SETBIT, 1 round trip/URL)", setbit_bloom(n), args.single),
+        (
+            "per-URL SETBIT Bloom (k SETBIT, 1 round trip/URL)",
+            partial(setbit_bloom, n),
+            args.single,
+        ),
     ]
     rows = []
     rates: dict[str, tuple[float, float, float]] = {}
@@ -133,11 +130,11 @@ def main(argv: list[str] | None = None) -> int:
             client = server.client()
             for name, adder, count in methods:
                 subset = urls[:count]
-                client.flushall()
+                client.execute_command("FLUSHALL", "SYNC")
                 before = int(client.info("memory")["used_memory"])
                 one = count / run(adder, server.url, subset, 1)
                 per_url = (int(client.info("memory")["used_memory"]) - before) / count
-                client.flushall()
+                client.execute_command("FLUSHALL", "SYNC")
                 two = count / run(adder, server.url, subset, 2)
                 rates[name] = (one, two, per_url)
                 rows.append([name, f"{count:,}", f"{one:,.0f}", f"{two:,.0f}", f"{per_url:.1f}"])
