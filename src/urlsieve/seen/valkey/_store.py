@@ -9,6 +9,7 @@ or kind fails with a typed error instead of silently mixing fingerprints.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
@@ -158,20 +159,26 @@ class ValkeyStore:
                 yield extra + cmds
 
         out: list[bool | None] = [None] * n
-        try:
+        with self._translated(out, write):
             for i, replies in enumerate(self._router.stream(chunks(), idempotent=not write)):
                 lo, hi, decode, skip = plan[i]
                 flags = decode(replies[skip:])
                 if write:
                     self._added(flags)
                 out[lo:hi] = flags.tolist()
+        return out  # type: ignore[return-value]  # every slot filled
+
+    @contextlib.contextmanager
+    def _translated(self, out: list[bool | None], write: bool) -> Iterator[None]:
+        """Name the store in server errors; a failed write carries the confirmed flags."""
+        try:
+            yield
         except BatchInterrupted:
             raise
         except StoreUnavailable as exc:
             if write:
                 raise BatchInterrupted(f"{self._where()}: {exc}", out) from exc
             raise StoreUnavailable(f"{self._where()}: {exc}") from exc
-        return out  # type: ignore[return-value]  # every slot filled
 
     # ------------------------------------------------------------ SeenStore
 

@@ -44,9 +44,9 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from urlsieve.exceptions import ConfigError, StoreCorrupt, StoreUnavailable
+from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.seen.base import StoreStats
-from urlsieve.seen.valkey._client import BatchInterrupted, Cmd
+from urlsieve.seen.valkey._client import Cmd
 from urlsieve.seen.valkey._resp import commands, constant
 from urlsieve.seen.valkey._store import ValkeyStore
 from urlsieve.seen.valkey.bloom import expected_false_positives, hash_pairs, positions
@@ -186,16 +186,10 @@ class DsbfStore(ValkeyStore):
         h1, h2 = hash_pairs(items, self.profile)
         offsets = positions(h1, h2, self._k, self._m)
         out: list[bool | None] = [None] * len(items)
-        try:
+        with self._translated(out, write):
             for lo in range(0, len(items), self.batch):
                 hi = min(len(items), lo + self.batch)
                 self._resolve(np.arange(lo, hi), h1, offsets, out, write)
-        except BatchInterrupted:
-            raise
-        except StoreUnavailable as exc:
-            if write:
-                raise BatchInterrupted(f"{self._where()}: {exc}", out) from exc
-            raise StoreUnavailable(f"{self._where()}: {exc}") from exc
         return out  # type: ignore[return-value]  # every slot filled
 
     def _resolve(
