@@ -4,6 +4,8 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+pytest_plugins = ["tests.seen.valkey_fixtures"]  # real Valkey servers (standalone, cluster)
+
 settings.register_profile(
     "default", max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.seen.valkey_fixtures import valkey_spec
+
 
 @dataclass(frozen=True)
 class StoreCase:
@@ -66,4 +68,18 @@ CASES: list[StoreCase] = [
     ),
     StoreCase("dsbf-memory", lambda request, tmp: "dsbf:", exact=False, persistent=False),
     StoreCase("buckets-memory", lambda request, tmp: "buckets:", exact=True, persistent=False),
+]
+
+# Valkey/Redis: every kind on a standalone server and on a 3-primary cluster.
+CASES += [
+    StoreCase(
+        f"valkey-{kind}-{where}",
+        lambda request, tmp, kind=kind, fixture=fixture: valkey_spec(
+            request, fixture, kind, "&capacity=100000"
+        ),
+        exact=kind == "exact",
+        persistent=True,
+    )
+    for kind in ("exact", "bloom", "dsbf")
+    for where, fixture in (("standalone", "valkey_server"), ("cluster", "valkey_cluster"))
 ]

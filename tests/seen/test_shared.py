@@ -85,7 +85,8 @@ def test_concurrent_writers_lose_nothing(template: str, tmp_path: Path) -> None:
 CRASH_SPECS = {
     "exact": "exact:{tmp}/seen.exact?capacity=200",
     "bloom": "bloom:{tmp}/seen.bloom?capacity=2000&error=0.01",
-    "bitmap": "bitmap:{tmp}/bitmap",
+    # Seed 002 at a reduced width (256 files of 8 KB) so each reopen stays cheap.
+    "bitmap": "bitmap:{tmp}/bitmap?signature=crc32&width=24",
 }
 CRASH_PARAMS = [
     pytest.param(spec, id=name) for name, spec in CRASH_SPECS.items() if name in BACKENDS
@@ -122,12 +123,23 @@ def test_sigkill_at_random_moments_loses_nothing_flushed(template: str, tmp_path
     spec = template.format(tmp=tmp_path)
     rnd = random.Random(1234)
     progress = {"flushed": 0, "trying": 0}
+    kills_after_a_flush = 0
     for kill in range(KILLS):
         recv, send = CTX.Pipe(duplex=False)
-        proc = CTX.Process(target=_crash_writer, args=(spec, kill, progress["flushed"], send))
+        start = progress["flushed"]
+        proc = CTX.Process(target=_crash_writer, args=(spec, kill, start, send))
         proc.start()
         send.close()
         assert recv.poll(30), "the writer never started"
+        if kill % 2:
+            # Every other kill waits for a flush of this writer's own, so the check
+            # below covers flushed data whatever the machine's speed.
+            deadline = time.monotonic() + 60
+            while progress["flushed"] <= start and time.monotonic() < deadline:
+                if recv.poll(1):
+                    what, upto = recv.recv()
+                    progress[what] = max(progress[what], upto)
+            kills_after_a_flush += progress["flushed"] > start
         time.sleep(rnd.uniform(0, 0.25))
         os.kill(proc.pid, signal.SIGKILL)
         proc.join()
@@ -141,4 +153,5 @@ def test_sigkill_at_random_moments_loses_nothing_flushed(template: str, tmp_path
             if template.partition(":")[0] in EXACT:
                 present = sum(store.contains_many([crash_url(i) for i in range(tried)]))
                 assert len(store) == present  # the count was repaired
-    assert progress["flushed"] > 10_000
+    assert kills_after_a_flush == KILLS // 2
+    assert progress["flushed"] > 0

@@ -177,6 +177,20 @@ class Backend:
         return opener
 
 
+_SERVER_PARAMS: dict[str, type] = {
+    "kind": str,
+    "prefix": str,
+    "batch": int,
+    "timeout": float,
+    "retries": int,
+    "capacity": int,
+    "error": float,
+    "shards": int,
+    "blocks": int,
+    "leaf_bits": int,
+    "fanout": int,
+}
+
 #: Backends by spec prefix. Add one with :func:`register_backend`.
 BACKENDS: dict[str, Backend] = {
     "memory": Backend("urlsieve.seen.memory:MemoryStore", {}),
@@ -201,6 +215,14 @@ BACKENDS: dict[str, Backend] = {
             "ratio": float,
             "readonly": bool,
         },
+    ),
+    # Valkey/Redis, standalone or cluster (urlsieve.seen.valkey)
+    "valkey": Backend("urlsieve.seen.valkey:open_valkey", _SERVER_PARAMS, extra="valkey"),
+    "valkeys": Backend("urlsieve.seen.valkey:open_valkeys", _SERVER_PARAMS, extra="valkey"),
+    "redis": Backend("urlsieve.seen.valkey:open_redis", _SERVER_PARAMS, extra="valkey"),
+    "rediss": Backend("urlsieve.seen.valkey:open_rediss", _SERVER_PARAMS, extra="valkey"),
+    "unix": Backend(
+        "urlsieve.seen.valkey:open_unix", {**_SERVER_PARAMS, "db": int}, extra="valkey"
     ),
 }
 
