@@ -15,6 +15,9 @@ from urlsieve.exceptions import (
     StoreUnavailable,
     UrlsieveError,
 )
+from urlsieve.filter import Filter
+from urlsieve.match import Explanation, Verdict
+from urlsieve.rules import Rule, parse_rule
 from urlsieve.url import (
     CRAWLER,
     FILTER,
@@ -31,10 +34,13 @@ __version__ = "0.1.0"
 __all__ = [
     "CRAWLER",
     "ConfigError",
+    "Explanation",
     "FILTER",
+    "Filter",
     "InvalidURL",
     "Profile",
     "ProfileMismatch",
+    "Rule",
     "RuleSyntaxError",
     "StoreCorrupt",
     "StoreError",
@@ -43,9 +49,11 @@ __all__ = [
     "StoreUnavailable",
     "URL",
     "UrlsieveError",
+    "Verdict",
     "__version__",
     "canonicalize",
     "crawler_profile",
     "lookup_expressions",
+    "parse_rule",
     "parse_url",
 ]

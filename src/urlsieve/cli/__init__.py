@@ -13,12 +13,13 @@ import sys
 from collections.abc import Sequence
 
 from urlsieve import __version__
-from urlsieve.cli import canon, demo
+from urlsieve.cli import canon, check, demo, explain
+from urlsieve.cli import filter as filter_command
 from urlsieve.exceptions import UrlsieveError
 
 __all__ = ["build_parser", "console_main", "main"]
 
-SUBCOMMANDS = (demo, canon)
+SUBCOMMANDS = (demo, canon, check, explain, filter_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

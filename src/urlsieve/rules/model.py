@@ -1,0 +1,152 @@
+"""Rules: a pattern, an action, a category and where it came from (DESIGN.md §2).
+
+Pattern semantics (rules are canonicalised with the same code as requests):
+
+=========================  ==========================================  ====================
+written                    matches                                     does not match
+=========================  ==========================================  ====================
+``example.com``            the host, every subdomain, any path         ``badexample.com``
+``=example.com``           exactly that host                           ``www.example.com``
+``example.com/ads``        ``/ads``, ``/ads/``, ``/ads/x``             ``/adsense``, ``/x/ads``
+``example.com/ads/``       ``/ads/``, ``/ads/x``                       ``/ads``
+``example.com/ads|``       exactly the path ``/ads`` (any query)       ``/ads/x``
+``example.com/p?id=1``     the path ``/p`` with exactly that query     other queries
+``10.0.0.1``               that address in any spelling                ``10.0.0.10``
+=========================  ==========================================  ====================
+
+Precedence (:attr:`Rule.rank`): the longer host wins, then the longer path
+(query included), then an anchored rule over an open one, then an exact-host
+rule over a subdomain-covering one; on a tie ``allow`` wins.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from urlsieve.exceptions import InvalidURL, RuleSyntaxError
+from urlsieve.url import is_public_suffix, parse_url
+
+__all__ = ["ALLOW", "BLOCK", "NONE", "Rule", "RuleKey", "parse_rule"]
+
+BLOCK = "block"
+ALLOW = "allow"
+NONE = "none"
+
+#: ``(host, exact_host, path, anchored, query)``: two rules with one key match the same URLs.
+RuleKey = tuple[str, bool, str, bool, str | None]
+
+_WHITESPACE = re.compile(r"\s")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One rule, parsed and canonicalised, with its provenance.
+
+    ``pattern`` is the text as written in the list; ``host``, ``path``,
+    ``query``, ``exact_host``, ``anchored`` and ``is_ip`` are its canonical
+    meaning. ``source`` and ``line`` say where it was read (``None`` for
+    rules made in code).
+    """
+
+    pattern: str
+    action: str
+    category: str
+    host: str
+    path: str = "/"
+    query: str | None = None
+    exact_host: bool = False
+    anchored: bool = False
+    is_ip: bool = False
+    source: str | None = None
+    line: int | None = None
+    rank: tuple[int, int, bool, bool, bool] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.action not in (BLOCK, ALLOW):
+            raise ValueError(f"rule action must be 'block' or 'allow', not {self.action!r}")
+        path_len = len(self.path) + (0 if self.query is None else len(self.query) + 1)
+        rank = (len(self.host), path_len, self.anchored, self.exact_host, self.action == ALLOW)
+        object.__setattr__(self, "rank", rank)
+
+    @property
+    def key(self) -> RuleKey:
+        """What the rule matches, without action or provenance."""
+        return (self.host, self.exact_host, self.path, self.anchored, self.query)
+
+    @property
+    def where(self) -> str:
+        """``source:line`` (or what is known of it)."""
+        if self.source is None:
+            return "-"
+        return self.source if self.line is None else f"{self.source}:{self.line}"
+
+    @property
+    def location(self) -> str:
+        """The canonical pattern: ``[=]host/path[?query][|]``."""
+        text = f"{'=' if self.exact_host else ''}{self.host}{self.path}"
+        if self.query is not None:
+            text += f"?{self.query}"
+        return text + ("|" if self.anchored else "")
+
+    def covers_host(self, host: str) -> bool:
+        """Whether the rule's host part covers ``host`` (a canonical host)."""
+        if host == self.host:
+            return True
+        return not (self.exact_host or self.is_ip) and host.endswith("." + self.host)
+
+
+def parse_rule(
+    pattern: str,
+    action: str = BLOCK,
+    category: str = "-",
+    source: str | None = None,
+    line: int | None = None,
+) -> Rule:
+    """Parse one pattern (see the module docstring) into a :class:`Rule`.
+
+    Raises :class:`RuleSyntaxError` (``source:line: reason``) when the
+    pattern is not a rule: empty, whitespace inside, no usable host, or a
+    top-level domain such as ``com``. A multi-label public suffix such as
+    ``gouv.fr`` or ``bet.br`` is accepted: curated lists use them on purpose
+    (UT1 allows ``gouv.fr`` and blocks ``bet.br``).
+    """
+
+    def bad(reason: str) -> RuleSyntaxError:
+        return RuleSyntaxError(f"{reason}: {pattern!r}", source, line)
+
+    text = pattern.strip()
+    if not text:
+        raise bad("empty pattern")
+    if _WHITESPACE.search(text) is not None:
+        raise bad("whitespace inside a pattern")
+    exact_host = text.startswith("=")
+    if exact_host:
+        text = text[1:]
+    anchored = text.endswith("|")
+    if anchored:
+        text = text[:-1]
+    if not text:
+        raise bad("empty host")
+    if ":" not in text:
+        # "http://host/" is the canonicaliser's fast path; "http://host" is not.
+        text = "http://" + text if "/" in text or "?" in text else f"http://{text}/"
+    try:
+        url = parse_url(text)
+    except InvalidURL as exc:
+        raise bad(exc.reason) from None
+    if "." not in url.host and not url.host.startswith("[") and is_public_suffix(url.host):
+        raise bad(f"{url.host!r} is a top-level domain: the rule would cover every site under it")
+    return Rule(
+        pattern=pattern,
+        action=action,
+        category=category,
+        host=url.host,
+        path=url.path,
+        query=url.query,
+        exact_host=exact_host,
+        anchored=anchored,
+        is_ip=url.is_ip or url.host.startswith("["),
+        source=source,
+        line=line,
+    )
