@@ -72,6 +72,14 @@ class Filter:
             result.aliases.update(extra.aliases)
         return cls(result.rules, load=result)
 
+    @classmethod
+    def load(cls, path: PathLike, *, verify: bool = True) -> Filter:
+        """Open a compiled snapshot (``urlsieve compile``) memory-mapped: near-instant, and
+        shared by every process that opens it (see :mod:`urlsieve.match.snapshot`)."""
+        from urlsieve.match.snapshot import SnapshotFilter
+
+        return SnapshotFilter(path, verify=verify)
+
     def __len__(self) -> int:
         return len(self._matcher)
 

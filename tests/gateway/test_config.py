@@ -136,7 +136,14 @@ def test_defaults() -> None:
 )
 def test_invalid_and_contradictory(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        load_config(write(tmp_path, text), env={})
+        load_config(write(tmp_path, text), env={}, helper=True)
+
+
+def test_the_block_page_is_needed_by_the_helper_only(tmp_path: Path) -> None:
+    path = write(tmp_path, "[rules]\nlists = ['x']\n")
+    assert load_config(path, env={}).redirect_url is None  # fine for the service
+    with pytest.raises(ConfigError, match=r"needs squid\.redirect_url"):
+        load_config(path, env={}, helper=True)
 
 
 def test_bad_env_value_names_the_variable(tmp_path: Path) -> None:

@@ -13,13 +13,25 @@ import sys
 from collections.abc import Sequence
 
 from urlsieve import __version__
-from urlsieve.cli import canon, check, demo, explain
+from urlsieve.cli import canon, check, demo, explain, serve, squid_helper
+from urlsieve.cli import compile as compile_cmd
+from urlsieve.cli import config as config_cmd
 from urlsieve.cli import filter as filter_command
 from urlsieve.exceptions import UrlsieveError
 
 __all__ = ["build_parser", "console_main", "main"]
 
-SUBCOMMANDS = (demo, canon, check, explain, filter_command)
+SUBCOMMANDS = (
+    demo,
+    canon,
+    check,
+    explain,
+    filter_command,
+    compile_cmd,
+    squid_helper,
+    serve,
+    config_cmd,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -79,8 +79,17 @@ class GatewayConfig:
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
     source_file: str | None = None
 
-    def validate(self, *, needs_rules: bool = True) -> GatewayConfig:
-        """Raise :class:`ConfigError` for an invalid or contradictory combination."""
+    @property
+    def helper_configured(self) -> bool:
+        """Whether any ``[squid]`` option was set (file, environment or option)."""
+        squid = [name for name, (section, _, _, _) in _OPTIONS.items() if section == "squid"]
+        return any(self.origins.get(name, "default") != "default" for name in squid)
+
+    def validate(self, *, needs_rules: bool = True, helper: bool = False) -> GatewayConfig:
+        """Raise :class:`ConfigError` for an invalid or contradictory combination.
+
+        ``helper``: also check what only the Squid helper needs (the block page).
+        """
         if needs_rules and not self.lists and not self.snapshot:
             raise ConfigError(
                 "no rules: set rules.lists (block lists) or rules.snapshot (a compiled "
@@ -88,14 +97,15 @@ class GatewayConfig:
             )
         if self.categories and not self.lists and self.snapshot is None:
             raise ConfigError("rules.categories selects from rules.lists, which is empty")
-        if self.mode in (HelperMode.REDIRECT, HelperMode.REWRITE):
-            if not self.redirect_url:
-                raise ConfigError(
-                    f"squid.mode={self.mode.value!r} needs squid.redirect_url (the block page, "
-                    "e.g. 'http://block.lan/?url=%u&category=%c'); or set squid.mode='acl' "
-                    "and let Squid's deny_info choose the page"
-                )
+        if self.redirect_url:
             validate_template(self.redirect_url)
+        redirects = self.mode in (HelperMode.REDIRECT, HelperMode.REWRITE)
+        if helper and redirects and not self.redirect_url:
+            raise ConfigError(
+                f"squid.mode={self.mode.value!r} needs squid.redirect_url (the block page, "
+                "e.g. 'http://block.lan/?url=%u&category=%c'); or set squid.mode='acl' "
+                "and let Squid's deny_info choose the page"
+            )
         if self.redirect_status is not None:
             if self.mode is HelperMode.REWRITE:
                 raise ConfigError(
@@ -266,10 +276,12 @@ def load_config(
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     needs_rules: bool = True,
+    helper: bool = False,
 ) -> GatewayConfig:
     """Read the TOML file (``path``, else ``env['URLSIEVE_CONFIG']``, else none), apply the
     environment variables in ``env``, then ``overrides`` (command-line options; ``None``
-    values are ignored), and validate.
+    values are ignored), and validate (``helper``: for the Squid helper, which needs
+    a block page unless ``mode`` is ``acl``).
 
     Relative paths in the file are relative to the file's directory.
     """
@@ -296,7 +308,7 @@ def load_config(
         else:
             origins[name] = "default"
     config = GatewayConfig(**values, origins=origins, source_file=path)
-    return config.validate(needs_rules=needs_rules)
+    return config.validate(needs_rules=needs_rules, helper=helper)
 
 
 def describe(config: GatewayConfig) -> list[str]:
@@ -316,7 +328,9 @@ def describe(config: GatewayConfig) -> list[str]:
         out.append(f"{label}: {', '.join(items) if items else '(none)'}{origin(name)}")
     categories = ", ".join(config.categories) if config.categories else "all in the lists"
     out.append(f"categories blocked: {categories}{origin('categories')}")
-    if config.mode is HelperMode.ACL:
+    if not config.helper_configured:
+        out.append("squid helper: not configured (no [squid] options)")
+    elif config.mode is HelperMode.ACL:
         out.append(
             "squid helper: external_acl_type form: OK (blocked, tag=category) / ERR (allowed)"
             + origin("mode")

@@ -21,7 +21,7 @@ from urlsieve.exceptions import UrlsieveError
 
 __all__ = ["LiveRules", "NoRules"]
 
-T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 Signature = tuple[int, int, int, int]
 
@@ -39,15 +39,15 @@ def _signature(path: str) -> Signature | None:
 
 
 @dataclass(frozen=True)
-class _Loaded(Generic[T]):
-    rules: T
+class _Loaded(Generic[T_co]):
+    rules: T_co
     signature: Signature | None
     loaded_at: float  # time.time()
     load_seconds: float
     generation: int
 
 
-class LiveRules(Generic[T]):
+class LiveRules(Generic[T_co]):
     """The current rules; call :meth:`poll` between requests and :meth:`get` for each.
 
     ``load`` builds the rules (it may raise; :class:`UrlsieveError` and ``OSError``
@@ -57,7 +57,7 @@ class LiveRules(Generic[T]):
 
     def __init__(
         self,
-        load: Callable[[], T],
+        load: Callable[[], T_co],
         *,
         watch: str | None = None,
         check_seconds: float = 1.0,
@@ -69,7 +69,7 @@ class LiveRules(Generic[T]):
         self._check_seconds = check_seconds
         self._log = log
         self._clock = clock
-        self._current: _Loaded[T] | None = None
+        self._current: _Loaded[T_co] | None = None
         self._error: str | None = None
         self._failed_signature: Signature | None = None
         self._requested = False
@@ -81,7 +81,7 @@ class LiveRules(Generic[T]):
 
     # -- state ---------------------------------------------------------------
 
-    def get(self) -> T:
+    def get(self) -> T_co:
         """The current rules, or :class:`NoRules` with the reason none are loaded."""
         current = self._current
         if current is None:

@@ -170,10 +170,11 @@ def serve(helper: SquidHelper, infd: int = 0, outfd: int = 1, chunk: int = 1 << 
     """
     pending = b""
     while True:
-        helper.rules.poll()
         data = os.read(infd, chunk)
         if not data:
             break
+        # After the read: a SIGHUP that arrived while waiting applies to these lines.
+        helper.rules.poll()
         pending += data
         if b"\n" not in data:
             continue
