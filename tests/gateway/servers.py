@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,21 +118,85 @@ def make_world_readable(path: Path) -> None:
             os.chmod(p, 0o755 if os.access(p, os.X_OK) else 0o644)
 
 
+def _runs_as_squid_user(python: str) -> bool:
+    """Whether the Squid user can start ``python`` and it has this interpreter's version."""
+    want = f"{sys.version_info.major}.{sys.version_info.minor}"
+    cmd = [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]
+    as_user: dict[str, Any] = {}
+    if os.geteuid() == 0:
+        as_user = {"user": SQUID_USER, "group": SQUID_USER, "extra_groups": []}
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=30, check=False, cwd="/", **as_user
+        )
+    except OSError:
+        return False
+    return proc.returncode == 0 and proc.stdout.strip() == want
+
+
+def _copy_interpreter(directory: Path) -> tuple[str, str]:
+    """Copy this Python (binary, shared library, standard library) when the Squid user
+    cannot reach it (e.g. pyenv under /root); returns (python, environment assignments)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    home = directory / "python"
+    (home / "bin").mkdir(parents=True)
+    binary = home / "bin" / f"python{version}"
+    shutil.copy2(os.path.realpath(sys.executable), binary)
+    (home / "lib").mkdir()
+    for so in Path(sys.base_prefix, "lib").glob(f"libpython{version}*.so*"):
+        shutil.copy2(so, home / "lib" / so.name)
+    skip = shutil.ignore_patterns(
+        "site-packages",
+        "test",
+        "tests",
+        "idlelib",
+        "tkinter",
+        "turtledemo",
+        "ensurepip",
+        "lib2to3",
+        "config-*",
+        "__pycache__",
+    )
+    shutil.copytree(
+        Path(sys.base_prefix, "lib", f"python{version}"),
+        home / "lib" / f"python{version}",
+        ignore=skip,
+    )
+    return str(binary), f"PYTHONHOME={home} LD_LIBRARY_PATH={home / 'lib'} "
+
+
 def stage_runtime(directory: Path) -> Path:
-    """Copy urlsieve and its dependencies under ``directory``; return the wrapper script."""
+    """Copy urlsieve and its dependencies under ``directory``; return the wrapper script.
+
+    The interpreter is this one when the Squid user can run it, else the system Python
+    of the same version, else a copy of this one (``URLSIEVE_TEST_COPY_PYTHON=1`` forces
+    the copy).
+    """
     lib = directory / "lib"
     lib.mkdir(parents=True)
     for name in RUNTIME_PACKAGES:
         shutil.copytree(
             _package_dir(name), lib / name, ignore=shutil.ignore_patterns("__pycache__")
         )
-    python = os.path.realpath(sys.executable)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = [
+        os.path.realpath(sys.executable),
+        f"/usr/bin/python{version}",
+        f"/usr/local/bin/python{version}",
+    ]
+    if os.environ.get("URLSIEVE_TEST_COPY_PYTHON"):
+        candidates = []
+    python = next((c for c in candidates if os.path.exists(c) and _runs_as_squid_user(c)), None)
+    env = ""
+    if python is None:
+        python, env = _copy_interpreter(directory)
     wrapper = directory / "urlsieve"
     wrapper.write_text(
-        f'#!/bin/sh\nPYTHONPATH={lib} exec {python} -s -B -m urlsieve "$@"\n',
+        f'#!/bin/sh\n{env}PYTHONPATH={lib} exec {python} -s -B -m urlsieve "$@"\n',
         encoding="utf-8",
     )
     make_world_readable(directory)
+    os.chmod(wrapper, 0o755)
     return wrapper
 
 
@@ -271,12 +336,13 @@ def running_squid(
     )
     if check.returncode != 0:
         raise RuntimeError(f"squid rejects the generated config:\n{check.stderr}")
-    process = subprocess.Popen(
-        [binary, "-N", "-f", str(conf)],
-        stdout=subprocess.DEVNULL,
-        stderr=open(directory / "squid.stderr", "wb"),  # noqa: SIM115 - closed with the process
-        start_new_session=True,
-    )
+    with open(directory / "squid.stderr", "wb") as stderr:
+        process = subprocess.Popen(
+            [binary, "-N", "-f", str(conf)],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
     squid = Squid(process, directory, rewrite_port, acl_port)
     try:
         _wait_ready(squid, probe_url)
