@@ -113,12 +113,22 @@ class _Host:
         self.itself: _Table | None = None  # what a request for this very host consults
 
 
+_Chain = tuple[tuple[str, _Table], ...]
+
+
 class HashMatcher:
-    """Dicts keyed by host, then by path expression; see the module docstring."""
+    """Dicts keyed by host, then by path expression; see the module docstring.
+
+    The tables a host consults (its own and its parents') are remembered per
+    host, up to ``cache_size`` hosts (then forgotten all at once), so a
+    repeated host costs one dict lookup before the path probes.
+    """
 
     name = "urlsieve"
 
-    def __init__(self, rules: Iterable[Rule]) -> None:
+    def __init__(self, rules: Iterable[Rule], *, cache_size: int = 1 << 16) -> None:
+        self.cache_size = cache_size
+        self._cache: dict[str, _Chain] = {}
         self._rules = resolve_rules(rules)
         hosts: dict[str, _Host] = {}
         for rule in self._rules:
@@ -150,7 +160,6 @@ class HashMatcher:
         # Label depths at which a subdomain-covering rule exists: parents at other depths
         # cannot match, so they are never sliced out or probed.
         self._depths = frozenset(depths)
-        self._max_depth = max(depths, default=0)
 
     def __len__(self) -> int:
         return len(self._rules)
@@ -159,39 +168,49 @@ class HashMatcher:
     def rules(self) -> list[Rule]:
         return list(self._rules)
 
+    def _chain(self, host: str, is_ip: bool, trace: list[str] | None = None) -> _Chain:
+        """The rule tables a request for ``host`` consults, most specific host first."""
+        hosts = self._hosts
+        chain: list[tuple[str, _Table]] = []
+        node = hosts.get(host)
+        if node is not None and node.itself is not None:
+            chain.append((host, node.itself))
+        elif trace is not None:
+            trace.append(f"{host} (no rules for this host)")
+        if is_ip or host[0] == "[":
+            return tuple(chain)
+        depths = self._depths
+        at = -1
+        # Parents from the longest; ``labels`` counts the parent's labels.
+        for labels in range(host.count("."), 0, -1):
+            at = host.find(".", at + 1)
+            if labels not in depths:
+                continue
+            parent = host[at + 1 :]
+            node = hosts.get(parent)
+            if node is not None and node.sub is not None:
+                chain.append((parent, node.sub))
+            elif trace is not None:
+                trace.append(f"{parent} (no rules for this host)")
+        return tuple(chain)
+
     def _decide(self, url: URL, trace: list[str] | None = None) -> Rule | None:
         host = url.host
+        if trace is None:
+            chain = self._cache.get(host)
+            if chain is None:
+                chain = self._chain(host, url.is_ip)
+                if len(self._cache) >= self.cache_size:
+                    self._cache.clear()
+                self._cache[host] = chain
+        else:
+            chain = self._chain(host, url.is_ip, trace)
         path = url.path
         query = url.query
-        hosts = self._hosts
-        node = hosts.get(host)
-        if trace is not None and node is None:
-            trace.append(f"{host} (no rules for this host)")
-        if node is not None and node.itself is not None:
-            rule = node.itself.match(path, query, trace, host)
+        for name, table in chain:
+            rule = table.match(path, query, trace, name)
             if rule is not None:
                 return rule
-        if url.is_ip or host[0] == "[":
-            return None
-        depth = host.count(".")  # labels of the parent
-        depths = self._depths
-        at = host.find(".")
-        while at >= 0:
-            if depth > self._max_depth:
-                at = host.find(".", at + 1)
-                depth -= 1
-                continue
-            if depth in depths:
-                parent = host[at + 1 :]
-                node = hosts.get(parent)
-                if trace is not None and node is None:
-                    trace.append(f"{parent} (no rules for this host)")
-                if node is not None and node.sub is not None:
-                    rule = node.sub.match(path, query, trace, parent)
-                    if rule is not None:
-                        return rule
-            at = host.find(".", at + 1)
-            depth -= 1
         return None
 
     def decide(self, url: URL) -> Rule | None:

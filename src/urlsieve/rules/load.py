@@ -14,8 +14,9 @@ A path is read by what it is:
 In a category directory: ``domains`` are host rules; ``urls`` are
 host/path rules whose leading ``www``/``web``/``ftp`` label (with digits,
 ``www2.``) is dropped as squidGuard does, unless that would leave a public
-suffix; ``usage`` decides the action when none is forced (a ``white``
-usage is an allow list); ``expressions`` files hold regular expressions,
+suffix; ``usage`` decides the action when none is forced (a usage of ``white``
+without ``black`` is an allow list; UT1 writes ``black white`` for lists
+meant for either use, and those block); ``expressions`` files hold regular expressions,
 which urlsieve does not apply: each of their lines is reported and skipped.
 """
 
@@ -106,7 +107,8 @@ def _usage_action(directory: Path) -> str:
     usage = directory / "usage"
     if usage.is_file():
         words = usage.read_text("utf-8", errors="replace").lower().split()
-        if "white" in words:
+        # UT1 writes "black white" for lists usable either way: only "white" alone allows.
+        if "white" in words and "black" not in words:
             return ALLOW
     return BLOCK
 

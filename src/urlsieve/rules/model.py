@@ -37,6 +37,8 @@ NONE = "none"
 RuleKey = tuple[str, bool, str, bool, str | None]
 
 _WHITESPACE = re.compile(r"\s")
+# The canonicaliser's own fast-path host (lower-case labels, last one not numeric).
+_CANONICAL_HOST = re.compile(r"(?:[a-z0-9_-]++\.)*+[a-z][a-z0-9_-]*+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +130,13 @@ def parse_rule(
         text = text[:-1]
     if not text:
         raise bad("empty host")
+    if _CANONICAL_HOST.fullmatch(text) is not None:
+        # A bare canonical host name (most lines of a domains list): nothing to canonicalise.
+        if "." not in text and is_public_suffix(text):
+            raise bad(f"{text!r} is a top-level domain: the rule would cover every site under it")
+        return Rule(
+            pattern, action, category, text, "/", None, exact_host, anchored, False, source, line
+        )
     if ":" not in text:
         # "http://host/" is the canonicaliser's fast path; "http://host" is not.
         text = "http://" + text if "/" in text or "?" in text else f"http://{text}/"
