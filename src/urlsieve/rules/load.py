@@ -29,11 +29,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from urlsieve.exceptions import RuleSyntaxError
-from urlsieve.rules.model import ALLOW, BLOCK, Rule, RuleKey, parse_rule
+from urlsieve.rules.model import ALLOW, BLOCK, Rule, parse_rule
 from urlsieve.rules.readers import (
     FORMATS,
     LineContext,
     ListReport,
+    RuleList,
+    RuleSink,
     csv_rows,
     plain_line,
     read_lines,
@@ -156,6 +158,7 @@ class _Loader:
         category: str | None,
         strict: bool,
         progress: Progress | None,
+        sink: RuleSink | None,
     ) -> None:
         if format != "auto" and format not in FORMATS:
             raise ValueError(
@@ -166,8 +169,12 @@ class _Loader:
         self.category = category
         self.strict = strict
         self.progress = progress
-        self.seen: dict[RuleKey, Rule] = {}
         self.result = LoadResult()
+        if sink is None:
+            collected = RuleList()
+            self.result.rules = collected.rules
+            sink = collected
+        self.sink = sink
 
     def _read(
         self,
@@ -183,16 +190,7 @@ class _Loader:
             lines: Iterable[str] = fh
             if fmt == "csv":
                 lines = csv_rows(fh, report)
-            self.result.rules.extend(
-                read_lines(
-                    lines,
-                    parse,
-                    report,
-                    seen=self.seen,
-                    strict=self.strict,
-                    progress=self.progress,
-                )
-            )
+            read_lines(lines, parse, report, self.sink, strict=self.strict, progress=self.progress)
 
     def file(self, path: Path) -> None:
         fmt = self.format
@@ -226,6 +224,7 @@ def load_lists(
     category: str | None = None,
     strict: bool = False,
     progress: Progress | None = None,
+    sink: RuleSink | None = None,
 ) -> LoadResult:
     """Read list files and squidGuard trees (see the module docstring) into one rule set.
 
@@ -235,11 +234,19 @@ def load_lists(
     (from any file) is counted as a duplicate and dropped. ``strict`` raises
     :class:`RuleSyntaxError` at the first bad line; otherwise bad lines are
     in each report's ``warnings``. ``progress`` receives characters read.
+
+    Rules go to ``sink`` (e.g. :meth:`urlsieve.match.HashMatcher.add`, so that
+    no list of every rule is ever built) or, by default, into ``result.rules``.
     """
     if action not in (None, BLOCK, ALLOW):
         raise ValueError(f"action must be 'block', 'allow' or None, not {action!r}")
     loader = _Loader(
-        action=action, format=format, category=category, strict=strict, progress=progress
+        action=action,
+        format=format,
+        category=category,
+        strict=strict,
+        progress=progress,
+        sink=sink,
     )
     for raw in paths:
         path = Path(raw)

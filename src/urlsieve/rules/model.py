@@ -62,13 +62,16 @@ class Rule:
     is_ip: bool = False
     source: str | None = None
     line: int | None = None
-    rank: tuple[int, int, bool, bool, bool] = field(init=False, repr=False, compare=False)
+    rank: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.action not in (BLOCK, ALLOW):
             raise ValueError(f"rule action must be 'block' or 'allow', not {self.action!r}")
         path_len = len(self.path) + (0 if self.query is None else len(self.query) + 1)
-        rank = (len(self.host), path_len, self.anchored, self.exact_host, self.action == ALLOW)
+        # (host length, path length, anchored, exact host, allow) packed into one int:
+        # compared as that tuple would be, at a fraction of the memory.
+        rank = (len(self.host) << 20) | (min(path_len, 0x1FFFF) << 3)
+        rank |= self.anchored << 2 | self.exact_host << 1 | (self.action == ALLOW)
         object.__setattr__(self, "rank", rank)
 
     @property

@@ -29,6 +29,8 @@ __all__ = [
     "LineContext",
     "LineParser",
     "ListReport",
+    "RuleList",
+    "RuleSink",
     "adblock_line",
     "csv_line",
     "csv_rows",
@@ -220,24 +222,41 @@ FORMATS: dict[str, LineParser] = {
 }
 
 
+#: Where a reader puts each rule: returns True when the rule is new, False for a duplicate.
+RuleSink = Callable[[Rule], bool]
+
+
+class RuleList:
+    """The default sink: a list of rules, a rule whose key and action were seen dropped."""
+
+    def __init__(self) -> None:
+        self.rules: list[Rule] = []
+        self._seen: dict[RuleKey, str] = {}
+
+    def __call__(self, rule: Rule) -> bool:
+        key = rule.key
+        if self._seen.get(key) == rule.action:
+            return False
+        self._seen[key] = rule.action
+        self.rules.append(rule)
+        return True
+
+
 def read_lines(
     lines: Iterable[str],
     parse: LineParser,
     report: ListReport,
+    sink: RuleSink,
     *,
-    seen: dict[RuleKey, Rule] | None = None,
     strict: bool = False,
     progress: Callable[[int], None] | None = None,
-) -> Iterator[Rule]:
-    """Run ``parse`` over ``lines``, counting into ``report`` and yielding new rules.
+) -> None:
+    """Run ``parse`` over ``lines``, counting into ``report`` and handing rules to ``sink``.
 
-    ``seen`` (shared across the files of one load) drops a rule whose key and
-    action were already loaded, counting it as a duplicate. ``progress`` is
-    called with the number of characters read, every 16384 lines.
+    A rule the sink already had (same key and action) counts as a duplicate.
+    ``progress`` is called with the number of characters read, every 16384 lines.
     """
     ctx = LineContext(report.action, report.category, report.source)
-    if seen is None:
-        seen = {}
     chars = 0
     for number, raw in enumerate(lines, 1):
         text = raw[1:] if number == 1 and raw.startswith("\ufeff") else raw
@@ -263,13 +282,10 @@ def read_lines(
             continue
         report.rule_lines += 1
         for rule in rules:
-            previous = seen.get(rule.key)
-            if previous is not None and previous.action == rule.action:
+            if sink(rule):
+                report.loaded += 1
+            else:
                 report.duplicates += 1
-                continue
-            seen[rule.key] = rule
-            report.loaded += 1
-            yield rule
     if progress is not None and chars:
         progress(chars)
 
