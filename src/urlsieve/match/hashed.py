@@ -218,7 +218,7 @@ class HashMatcher:
                 source=source,
                 line=line or None,
             )
-            if len(self._built) >= 4096:
+            if len(self._built) >= 16384:
                 self._built.clear()
             self._built[host] = rule
         return rule

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from urlsieve.exceptions import RuleSyntaxError
@@ -91,7 +91,7 @@ def _urls_line(text: str, number: int, ctx: LineContext) -> list[Rule]:
         except RuleSyntaxError:
             pass  # "web.de/x": dropping the label would leave a public suffix
         else:
-            return [replace(rule, pattern=text)]
+            return [rule._replace(pattern=text)]
     return [parse_rule(text, ctx.action, ctx.category, ctx.source, number)]
 
 
