@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -268,6 +269,58 @@ def differences(
             f"(e.g. {examples(urls, iter(only_theirs))})"
         )
     return "; ".join(parts) or "none"
+
+
+# --------------------------------------------------------------------------- section 0
+
+
+def every_list() -> str:
+    """Load every list of ../shared/data on its own: per-file counts and why lines were skipped."""
+    root = common.SHARED_DATA
+    if not root.exists():
+        return "../shared/data absent: skipped."
+    paths = [root / "stevenblack-hosts" / "hosts", *sorted(root.glob("urlhaus-filter/*/*.txt"))]
+    rows = []
+    for path in paths:
+        [report] = load_lists([path]).reports
+        reasons = Counter(w.reason.split(":")[0] for w in report.warnings)
+        rows.append(
+            [
+                f"`{path.relative_to(root)}`",
+                report.format,
+                f"{report.lines:,}",
+                f"{report.loaded:,}",
+                f"{report.duplicates:,}",
+                f"{report.comments:,}",
+                f"{report.skipped:,}",
+                "; ".join(f"{n}× {r}" for r, n in reasons.most_common()) or "-",
+            ]
+        )
+    tree = load_lists([root / "ut1-blacklists"])
+    reasons = Counter(w.reason for w in tree.warnings)
+    rows.append(
+        [
+            f"`ut1-blacklists/` ({len(tree.reports)} files, {len(tree.aliases)} aliases)",
+            "squidguard",
+            f"{sum(r.lines for r in tree.reports):,}",
+            f"{sum(r.loaded for r in tree.reports):,}",
+            f"{sum(r.duplicates for r in tree.reports):,}",
+            f"{sum(r.comments for r in tree.reports):,}",
+            f"{sum(r.skipped for r in tree.reports):,}",
+            "; ".join(f"{n}× {r}" for r, n in reasons.most_common()) or "-",
+        ]
+    )
+    return (
+        "Each file loaded alone (format sniffed). Duplicates are patterns already read from "
+        "the same file or, in the UT1 tree, from an earlier category (e.g. `phishing` repeats "
+        "`malware`; the three `*redirector` lists are one list); in the URLhaus lists they "
+        "are one URL written twice (`%2c` and `,`, `%2528` and `%28`, `//` and `/`) or an "
+        "address in octal/hex beside its dotted form.\n\n"
+        + table(
+            ["list", "format", "lines", "loaded", "duplicates", "comments", "skipped", "why"],
+            rows,
+        )
+    )
 
 
 # --------------------------------------------------------------------------- section 1
@@ -632,6 +685,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/filter.py " + " ".join(argv if argv is not None else sys.argv[1:])
     with tempfile.TemporaryDirectory(prefix="urlsieve-bench-") as tmp:
         work = Path(tmp)
+        print("0/3 every list ...", file=sys.stderr)
+        zeroth = every_list()
         print("1/3 real lists ...", file=sys.stderr)
         first = real_lists(args, work)
         print("2/3 end to end ...", file=sys.stderr)
@@ -650,7 +705,9 @@ def main(argv: list[str] | None = None) -> int:
         "## Filtering\n\n"
         f"Command: `{command.strip()}`  \nMachine: {machine()} (shared with other work; "
         "compare ratios within a table).\n\n"
-        "### Real lists: every contender on the same rules and requests\n\n"
+        "### Every list in ../shared/data loads\n\n"
+        + zeroth
+        + "\n\n### Real lists: every contender on the same rules and requests\n\n"
         + first
         + memory
         + "\n\n### `urlsieve filter` vs squidGuard, end to end\n\n"

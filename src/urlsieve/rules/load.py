@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +36,6 @@ from urlsieve.rules.readers import (
     ListReport,
     RuleList,
     RuleSink,
-    csv_rows,
     plain_line,
     read_lines,
     sniff_format,
@@ -187,10 +186,7 @@ class _Loader:
         report = ListReport(str(path), fmt, category, action)
         self.result.reports.append(report)
         with path.open(encoding="utf-8", errors="replace", newline="") as fh:
-            lines: Iterable[str] = fh
-            if fmt == "csv":
-                lines = csv_rows(fh, report)
-            read_lines(lines, parse, report, self.sink, strict=self.strict, progress=self.progress)
+            read_lines(fh, parse, report, self.sink, strict=self.strict, progress=self.progress)
 
     def file(self, path: Path) -> None:
         fmt = self.format
@@ -199,7 +195,7 @@ class _Loader:
                 head = [line for _, line in zip(range(200), fh, strict=False)]
             fmt = sniff_format(path.name, head)
         category = self.category or path.stem
-        self._read(path, fmt, FORMATS[fmt], category, self.action or BLOCK)
+        self._read(path, fmt, FORMATS[fmt](), category, self.action or BLOCK)
 
     def tree(self, root: Path) -> None:
         for directory in _tree_categories(root, self.result.aliases):
