@@ -29,8 +29,10 @@ class Filter:
     'none'
     """
 
-    def __init__(self, rules: Iterable[Rule], *, load: LoadResult | None = None) -> None:
-        self._matcher = HashMatcher(rules)
+    def __init__(
+        self, rules: Iterable[Rule] | HashMatcher = (), *, load: LoadResult | None = None
+    ) -> None:
+        self._matcher = rules if isinstance(rules, HashMatcher) else HashMatcher(rules)
         self._load = load if load is not None else LoadResult()
 
     @classmethod
@@ -64,13 +66,24 @@ class Filter:
         in :attr:`warnings`; with ``strict`` the first one raises
         :class:`~urlsieve.RuleSyntaxError`.
         """
-        result = load_lists(block, format=format, strict=strict, progress=progress)
+        matcher = HashMatcher()
+
+        def load(paths: Sequence[PathLike], action: str | None) -> LoadResult:
+            return load_lists(
+                paths,
+                action=action,
+                format=format,
+                strict=strict,
+                progress=progress,
+                sink=matcher.add,
+            )
+
+        result = load(block, None)
         if allow:
-            extra = load_lists(allow, action=ALLOW, format=format, strict=strict, progress=progress)
-            result.rules += extra.rules
+            extra = load(allow, ALLOW)
             result.reports += extra.reports
             result.aliases.update(extra.aliases)
-        return cls(result.rules, load=result)
+        return cls(matcher, load=result)
 
     @classmethod
     def load(cls, path: PathLike, *, verify: bool = True) -> Filter:

@@ -137,3 +137,19 @@ def test_filter_console_script_streams_binary_safely(lists: Path) -> None:
     assert lines[0] == f"block\tbad\t{bad}:1\t".encode() + b"http://evil.com/\xff"
     assert lines[1] == b"none\t-\t-\thttp://b.org/\xc3\xa9"
     assert len(lines) == 6
+
+
+def test_progress_bar_on_a_terminal_for_large_lists(
+    lists: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from urlsieve.cli import _lists
+
+    monkeypatch.setattr(_lists, "PROGRESS_BYTES", 0)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    bar = _lists._Bar(100)
+    bar(50)
+    assert "loading lists [###############" in capsys.readouterr().err
+    assert run(monkeypatch, ["check", "--lists", str(lists / "ok.txt"), "a.org"]) == 0
+    err = capsys.readouterr().err
+    assert "loading lists [" in err
+    assert err.endswith("\r")  # the bar is cleared before output

@@ -74,7 +74,7 @@ def test_verdict_carries_rule_category_and_canonical() -> None:
     verdict = flt.check("HTTP://WWW.Evil.COM:80/a/../b#x")
     assert verdict.action == "block"
     assert verdict.blocked and not verdict.allowed
-    assert verdict.rule is rule
+    assert verdict.rule == rule
     assert verdict.category == "malware"
     assert verdict.canonical == "http://www.evil.com/b"
     none = flt.check("http://good.com/")

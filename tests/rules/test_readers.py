@@ -136,6 +136,8 @@ def make_tree(root: Path) -> Path:
     write(root / "liste_blanche" / "domains", "good.example\ngouv.fr\n")
     write(root / "liste_blanche" / "usage", "white\n")
     write(root / "malware" / "domains", "tracker.example\nmal.example\nmal.example/p\n")
+    write(root / "chat" / "domains", "chat.example\n")
+    write(root / "chat" / "usage", "black\nwhite\n")  # UT1: usable either way
     (root / "ads").symlink_to("publicite")
     write(root / "pub", "publicite")  # what git writes for a symlink without symlink support
     write(root / "README", "")
@@ -148,6 +150,7 @@ def test_squidguard_tree(tmp_path: Path) -> None:
     assert result.aliases == {"ads": "publicite", "pub": "publicite"}
     by_file = {Path(r.source).relative_to(root).as_posix(): r for r in result.reports}
     assert sorted(by_file) == [
+        "chat/domains",
         "liste_blanche/domains",
         "malware/domains",
         "publicite/domains",
@@ -157,6 +160,7 @@ def test_squidguard_tree(tmp_path: Path) -> None:
     for report in by_file.values():
         assert_accounted(report)
     assert by_file["liste_blanche/domains"].action == ALLOW
+    assert by_file["chat/domains"].action == BLOCK
     assert by_file["malware/domains"].duplicates == 0  # same pattern, other category: not a dup
     assert by_file["malware/domains"].skipped == 1
     assert "paths belong in 'urls'" in by_file["malware/domains"].warnings[0].reason

@@ -8,7 +8,7 @@ import sys
 from typing import Any, BinaryIO
 
 from urlsieve.cli._io import stdin_text
-from urlsieve.cli._lists import add_list_arguments, load_filter, rule_fields, verdict_record
+from urlsieve.cli._lists import add_list_arguments, load_filter, verdict_record
 from urlsieve.exceptions import InvalidURL
 from urlsieve.match import Verdict
 from urlsieve.rules import Rule
@@ -49,7 +49,6 @@ def run(args: argparse.Namespace) -> int:
     match = flt.match
     only = frozenset(args.only) if args.only else None
     jsonl = args.format == "jsonl"
-    prefixes: dict[int, str] = {}  # id(rule) → "action\tcategory\tsource:line\t"
     none_prefix = "none\t-\t-\t"
     binary = _output()
     write = sys.stdout.write
@@ -81,10 +80,7 @@ def run(args: argparse.Namespace) -> int:
             elif rule is None:
                 out.append(f"{none_prefix}{text}\n")
             else:
-                prefix = prefixes.get(id(rule))
-                if prefix is None:
-                    prefix = prefixes[id(rule)] = "\t".join(rule_fields(rule)) + "\t"
-                out.append(f"{prefix}{text}\n")
+                out.append(f"{rule.action}\t{rule.category}\t{rule.where}\t{text}\n")
         if binary is not None:
             binary.write("".join(out).encode("utf-8", "surrogateescape"))
         else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from urlsieve.rules.model import ALLOW, BLOCK, NONE, Rule, RuleKey
 from urlsieve.url import URL
@@ -12,13 +12,12 @@ from urlsieve.url import URL
 __all__ = ["Explanation", "Matcher", "Verdict", "better", "resolve_rules"]
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     """The answer for one URL: ``action`` is ``block``, ``allow`` or ``none`` (no rule matched).
 
     ``rule`` is the deciding rule (pattern, action, category, source, line),
     ``canonical`` the URL as the engine saw it (canonical form for the
-    production matcher and the tree).
+    production matcher and the tree). A named tuple: cheap to make per request.
     """
 
     action: str

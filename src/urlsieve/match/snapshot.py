@@ -563,7 +563,7 @@ class SnapshotMatcher:
                     prefix = path[: cut + 1]
                     candidates.append((prefix, 1 << _depth(prefix), False))
                     cut = path.rfind("/", 0, cut)
-            best: tuple[tuple[int, int, bool, bool, bool], int] | None = None
+            best: tuple[int, int] | None = None
             for suffix, bit, exact_path in candidates:
                 if not depths & bit:
                     continue
@@ -584,12 +584,13 @@ class SnapshotMatcher:
 
     def _candidate(
         self, rule_id: int, host: str, suffix: str, exact_path: bool, level: int
-    ) -> tuple[int, int, bool, bool, bool] | None:
-        """The rank of the rule if it really matches here (not a hash collision), else None."""
+    ) -> int | None:
+        """The rank of the rule (as :attr:`Rule.rank`) if it really matches here, else None
+        (a rule for another host level or path form, or a 64-bit hash collision)."""
         off, n_pat, n_host, n_path, n_query, _src, _line, _cat, flags = self._record(rule_id)
         if flags & (_F_EXACT_HOST | _F_IP) and level:
             return None
-        anchored = bool(flags & _F_ANCHORED)
+        anchored = flags & _F_ANCHORED
         if anchored and not exact_path:
             return None
         start = self._strings_off + off + n_pat
@@ -603,8 +604,19 @@ class SnapshotMatcher:
             ok = not anchored and expr == stored + b"/"
         if not ok:
             return None
-        path_len = n_path + (0 if n_query < 0 else n_query + 1)
-        return (n_host, path_len, anchored, bool(flags & _F_EXACT_HOST), bool(flags & _F_ALLOW))
+        path_len = n_path if n_query < 0 else n_path + n_query + 1
+        # Canonical hosts and paths are ASCII: byte lengths are character lengths.
+        return (
+            n_host << 20
+            | min(path_len, 0x1FFFF) << 3
+            | (4 if anchored else 0)
+            | (2 if flags & _F_EXACT_HOST else 0)
+            | (1 if flags & _F_ALLOW else 0)
+        )
+
+    def decide(self, url: URL) -> Rule | None:
+        """The deciding rule for a parsed URL, ``None`` when no rule matches."""
+        return self._best(url, None)
 
     def check(self, url: str | URL) -> Verdict:
         parts = url if isinstance(url, URL) else parse_url(url)
@@ -658,6 +670,9 @@ class SnapshotFilter(Filter):
 
     def check(self, url: str | URL) -> Verdict:
         return self._snapshot.check(url)
+
+    def match(self, url: URL) -> Rule | None:
+        return self._snapshot.decide(url)
 
     def check_many(self, urls: Iterable[str | URL]) -> list[Verdict]:
         return self._snapshot.check_many(urls)

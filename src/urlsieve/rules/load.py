@@ -14,8 +14,9 @@ A path is read by what it is:
 In a category directory: ``domains`` are host rules; ``urls`` are
 host/path rules whose leading ``www``/``web``/``ftp`` label (with digits,
 ``www2.``) is dropped as squidGuard does, unless that would leave a public
-suffix; ``usage`` decides the action when none is forced (a ``white``
-usage is an allow list); ``expressions`` files hold regular expressions,
+suffix; ``usage`` decides the action when none is forced (a usage of ``white``
+without ``black`` is an allow list; UT1 writes ``black white`` for lists
+meant for either use, and those block); ``expressions`` files hold regular expressions,
 which urlsieve does not apply: each of their lines is reported and skipped.
 """
 
@@ -23,17 +24,18 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from urlsieve.exceptions import RuleSyntaxError
-from urlsieve.rules.model import ALLOW, BLOCK, Rule, RuleKey, parse_rule
+from urlsieve.rules.model import ALLOW, BLOCK, Rule, parse_rule
 from urlsieve.rules.readers import (
     FORMATS,
     LineContext,
     ListReport,
-    csv_rows,
+    RuleList,
+    RuleSink,
     plain_line,
     read_lines,
     sniff_format,
@@ -88,7 +90,7 @@ def _urls_line(text: str, number: int, ctx: LineContext) -> list[Rule]:
         except RuleSyntaxError:
             pass  # "web.de/x": dropping the label would leave a public suffix
         else:
-            return [replace(rule, pattern=text)]
+            return [rule._replace(pattern=text)]
     return [parse_rule(text, ctx.action, ctx.category, ctx.source, number)]
 
 
@@ -106,7 +108,8 @@ def _usage_action(directory: Path) -> str:
     usage = directory / "usage"
     if usage.is_file():
         words = usage.read_text("utf-8", errors="replace").lower().split()
-        if "white" in words:
+        # UT1 writes "black white" for lists usable either way: only "white" alone allows.
+        if "white" in words and "black" not in words:
             return ALLOW
     return BLOCK
 
@@ -154,6 +157,7 @@ class _Loader:
         category: str | None,
         strict: bool,
         progress: Progress | None,
+        sink: RuleSink | None,
     ) -> None:
         if format != "auto" and format not in FORMATS:
             raise ValueError(
@@ -164,8 +168,12 @@ class _Loader:
         self.category = category
         self.strict = strict
         self.progress = progress
-        self.seen: dict[RuleKey, Rule] = {}
         self.result = LoadResult()
+        if sink is None:
+            collected = RuleList()
+            self.result.rules = collected.rules
+            sink = collected
+        self.sink = sink
 
     def _read(
         self,
@@ -178,19 +186,7 @@ class _Loader:
         report = ListReport(str(path), fmt, category, action)
         self.result.reports.append(report)
         with path.open(encoding="utf-8", errors="replace", newline="") as fh:
-            lines: Iterable[str] = fh
-            if fmt == "csv":
-                lines = csv_rows(fh, report)
-            self.result.rules.extend(
-                read_lines(
-                    lines,
-                    parse,
-                    report,
-                    seen=self.seen,
-                    strict=self.strict,
-                    progress=self.progress,
-                )
-            )
+            read_lines(fh, parse, report, self.sink, strict=self.strict, progress=self.progress)
 
     def file(self, path: Path) -> None:
         fmt = self.format
@@ -199,7 +195,7 @@ class _Loader:
                 head = [line for _, line in zip(range(200), fh, strict=False)]
             fmt = sniff_format(path.name, head)
         category = self.category or path.stem
-        self._read(path, fmt, FORMATS[fmt], category, self.action or BLOCK)
+        self._read(path, fmt, FORMATS[fmt](), category, self.action or BLOCK)
 
     def tree(self, root: Path) -> None:
         for directory in _tree_categories(root, self.result.aliases):
@@ -224,6 +220,7 @@ def load_lists(
     category: str | None = None,
     strict: bool = False,
     progress: Progress | None = None,
+    sink: RuleSink | None = None,
 ) -> LoadResult:
     """Read list files and squidGuard trees (see the module docstring) into one rule set.
 
@@ -233,11 +230,19 @@ def load_lists(
     (from any file) is counted as a duplicate and dropped. ``strict`` raises
     :class:`RuleSyntaxError` at the first bad line; otherwise bad lines are
     in each report's ``warnings``. ``progress`` receives characters read.
+
+    Rules go to ``sink`` (e.g. :meth:`urlsieve.match.HashMatcher.add`, so that
+    no list of every rule is ever built) or, by default, into ``result.rules``.
     """
     if action not in (None, BLOCK, ALLOW):
         raise ValueError(f"action must be 'block', 'allow' or None, not {action!r}")
     loader = _Loader(
-        action=action, format=format, category=category, strict=strict, progress=progress
+        action=action,
+        format=format,
+        category=category,
+        strict=strict,
+        progress=progress,
+        sink=sink,
     )
     for raw in paths:
         path = Path(raw)

@@ -22,7 +22,7 @@ rule over a subdomain-covering one; on a tie ``allow`` wins.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from urlsieve.exceptions import InvalidURL, RuleSyntaxError
 from urlsieve.url import is_public_suffix, parse_url
@@ -37,37 +37,88 @@ NONE = "none"
 RuleKey = tuple[str, bool, str, bool, str | None]
 
 _WHITESPACE = re.compile(r"\s")
+# The canonicaliser's own fast-path host (lower-case labels, last one not numeric).
+_CANONICAL_HOST = re.compile(r"(?:[a-z0-9_-]++\.)*+[a-z][a-z0-9_-]*+")
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
+class _RuleFields(NamedTuple):
+    pattern: str
+    action: str
+    category: str
+    host: str
+    path: str
+    query: str | None
+    exact_host: bool
+    anchored: bool
+    is_ip: bool
+    source: str | None
+    line: int | None
+    rank: int
+
+
+class Rule(_RuleFields):
     """One rule, parsed and canonicalised, with its provenance.
 
     ``pattern`` is the text as written in the list; ``host``, ``path``,
     ``query``, ``exact_host``, ``anchored`` and ``is_ip`` are its canonical
     meaning. ``source`` and ``line`` say where it was read (``None`` for
-    rules made in code).
+    rules made in code). ``rank`` orders rules by precedence (derived).
+
+    An immutable named tuple: rules are made per list line and, for compact
+    host rules, per match, so construction has to be cheap.
     """
 
-    pattern: str
-    action: str
-    category: str
-    host: str
-    path: str = "/"
-    query: str | None = None
-    exact_host: bool = False
-    anchored: bool = False
-    is_ip: bool = False
-    source: str | None = None
-    line: int | None = None
-    rank: tuple[int, int, bool, bool, bool] = field(init=False, repr=False, compare=False)
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
-        if self.action not in (BLOCK, ALLOW):
-            raise ValueError(f"rule action must be 'block' or 'allow', not {self.action!r}")
-        path_len = len(self.path) + (0 if self.query is None else len(self.query) + 1)
-        rank = (len(self.host), path_len, self.anchored, self.exact_host, self.action == ALLOW)
-        object.__setattr__(self, "rank", rank)
+    def __new__(  # noqa: PLR0917 (positional, like the tuple it makes)
+        cls,
+        pattern: str,
+        action: str,
+        category: str,
+        host: str,
+        path: str = "/",
+        query: str | None = None,
+        exact_host: bool = False,
+        anchored: bool = False,
+        is_ip: bool = False,
+        source: str | None = None,
+        line: int | None = None,
+    ) -> Rule:
+        if action != BLOCK and action != ALLOW:  # noqa: PLR1714 (faster than a tuple test)
+            raise ValueError(f"rule action must be 'block' or 'allow', not {action!r}")
+        path_len = len(path) if query is None else len(path) + len(query) + 1
+        # (host length, path length, anchored, exact host, allow) packed into one int,
+        # compared as that tuple would be.
+        rank = (
+            len(host) << 20
+            | min(path_len, 0x1FFFF) << 3
+            | anchored << 2
+            | exact_host << 1
+            | (action == ALLOW)
+        )
+        return tuple.__new__(
+            cls,
+            (
+                pattern,
+                action,
+                category,
+                host,
+                path,
+                query,
+                exact_host,
+                anchored,
+                is_ip,
+                source,
+                line,
+                rank,
+            ),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Rule(pattern={self.pattern!r}, action={self.action!r}, category={self.category!r}, "
+            f"location={self.location!r}, where={self.where!r})"
+        )
 
     @property
     def key(self) -> RuleKey:
@@ -128,6 +179,13 @@ def parse_rule(
         text = text[:-1]
     if not text:
         raise bad("empty host")
+    if _CANONICAL_HOST.fullmatch(text) is not None:
+        # A bare canonical host name (most lines of a domains list): nothing to canonicalise.
+        if "." not in text and is_public_suffix(text):
+            raise bad(f"{text!r} is a top-level domain: the rule would cover every site under it")
+        return Rule(
+            pattern, action, category, text, "/", None, exact_host, anchored, False, source, line
+        )
     if ":" not in text:
         # "http://host/" is the canonicaliser's fast path; "http://host" is not.
         text = "http://" + text if "/" in text or "?" in text else f"http://{text}/"

@@ -17,21 +17,22 @@ from __future__ import annotations
 import csv
 import ipaddress
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from urlsieve.exceptions import RuleSyntaxError
 from urlsieve.rules.model import ALLOW, Rule, RuleKey, parse_rule
 
 __all__ = [
+    "CsvLine",
     "FORMATS",
     "IGNORED",
     "LineContext",
     "LineParser",
     "ListReport",
+    "RuleList",
+    "RuleSink",
     "adblock_line",
-    "csv_line",
-    "csv_rows",
     "hosts_line",
     "plain_line",
     "read_lines",
@@ -212,32 +213,41 @@ def adblock_line(text: str, number: int, ctx: LineContext) -> list[Rule]:
     return [parse_rule(body, action, ctx.category, ctx.source, number)]
 
 
-#: Line parsers by format name.
-FORMATS: dict[str, LineParser] = {
-    "plain": plain_line,
-    "hosts": hosts_line,
-    "adblock": adblock_line,
-}
+#: Where a reader puts each rule: returns True when the rule is new, False for a duplicate.
+RuleSink = Callable[[Rule], bool]
+
+
+class RuleList:
+    """The default sink: a list of rules, a rule whose key and action were seen dropped."""
+
+    def __init__(self) -> None:
+        self.rules: list[Rule] = []
+        self._seen: dict[RuleKey, str] = {}
+
+    def __call__(self, rule: Rule) -> bool:
+        key = rule.key
+        if self._seen.get(key) == rule.action:
+            return False
+        self._seen[key] = rule.action
+        self.rules.append(rule)
+        return True
 
 
 def read_lines(
     lines: Iterable[str],
     parse: LineParser,
     report: ListReport,
+    sink: RuleSink,
     *,
-    seen: dict[RuleKey, Rule] | None = None,
     strict: bool = False,
     progress: Callable[[int], None] | None = None,
-) -> Iterator[Rule]:
-    """Run ``parse`` over ``lines``, counting into ``report`` and yielding new rules.
+) -> None:
+    """Run ``parse`` over ``lines``, counting into ``report`` and handing rules to ``sink``.
 
-    ``seen`` (shared across the files of one load) drops a rule whose key and
-    action were already loaded, counting it as a duplicate. ``progress`` is
-    called with the number of characters read, every 16384 lines.
+    A rule the sink already had (same key and action) counts as a duplicate.
+    ``progress`` is called with the number of characters read, every 16384 lines.
     """
     ctx = LineContext(report.action, report.category, report.source)
-    if seen is None:
-        seen = {}
     chars = 0
     for number, raw in enumerate(lines, 1):
         text = raw[1:] if number == 1 and raw.startswith("\ufeff") else raw
@@ -263,13 +273,10 @@ def read_lines(
             continue
         report.rule_lines += 1
         for rule in rules:
-            previous = seen.get(rule.key)
-            if previous is not None and previous.action == rule.action:
+            if sink(rule):
+                report.loaded += 1
+            else:
                 report.duplicates += 1
-                continue
-            seen[rule.key] = rule
-            report.loaded += 1
-            yield rule
     if progress is not None and chars:
         progress(chars)
 
@@ -277,91 +284,50 @@ def read_lines(
 _URL_COLUMNS = ("url", "uri", "link", "address")
 
 
-def csv_rows(
-    lines: Iterable[str],
-    report: ListReport,
-    *,
-    column: str | int | None = None,
-    category_column: str | int | None = None,
-) -> Iterator[str]:
-    """Turn CSV lines into plain pattern lines (``#`` for the header), for :func:`read_lines`.
+class CsvLine:
+    """Line parser for CSV feeds; one instance per file (the first row may be a header).
 
-    The URL column is ``column`` (a header name or a 0-based index), else the
-    first header named ``url``/``uri``/``link``/``address``, else column 0
-    when the first row is not a header. A row with more fields than the
-    header had unquoted commas in its URL: the surplus is joined back into
-    the URL. With ``category_column`` the pattern is prefixed with
-    ``category<TAB>`` (see :func:`csv_line`).
+    The URL column is the first header named ``url``/``uri``/``link``/``address``,
+    or column 0 when the first row is not a header. A row with more fields
+    than the header had unquoted commas in its URL: the surplus is joined
+    back into the URL.
     """
-    rows = csv.reader(lines)
-    header: list[str] | None = None
-    url_at = column if isinstance(column, int) else 0
-    cat_at = category_column if isinstance(category_column, int) else None
-    for number, fields in enumerate(rows, 1):
-        row = fields
-        if number == 1:
-            if row and row[0].startswith("\ufeff"):
-                row[0] = row[0][1:]
+
+    def __init__(self) -> None:
+        self.url_at = 0
+        self.width: int | None = None
+        self.started = False
+
+    def __call__(self, text: str, number: int, ctx: LineContext) -> list[Rule]:
+        if not text.strip():
+            return []
+        row = next(csv.reader([text]))
+        if not self.started:
+            self.started = True
             names = [c.strip().lower() for c in row]
-            wanted = column.lower() if isinstance(column, str) else None
-            found = [
-                i
-                for i, n in enumerate(names)
-                if n == wanted or (wanted is None and n in _URL_COLUMNS)
-            ]
-            if isinstance(category_column, str):
-                cats = [i for i, n in enumerate(names) if n == category_column.lower()]
-                if not cats:
-                    raise RuleSyntaxError(
-                        f"no column named {category_column!r} in the header {row}",
-                        report.source,
-                        1,
-                    )
-                cat_at = cats[0]
+            found = [i for i, n in enumerate(names) if n in _URL_COLUMNS]
             if found:
-                url_at, header = found[0], row
-                yield "#"
-                continue
-            if wanted is not None:
-                raise RuleSyntaxError(
-                    f"no column named {column!r} in the header {row}", report.source, 1
-                )
-        if not row:
-            yield ""
-            continue
-        if header is not None and len(row) > len(header):
-            extra = len(row) - len(header)
-            row = [
-                *row[:url_at],
-                ",".join(row[url_at : url_at + extra + 1]),
-                *row[url_at + extra + 1 :],
-            ]
-        if url_at >= len(row):
-            yield f"\x00missing column {url_at}"
-            continue
-        value = row[url_at].strip()
+                self.url_at, self.width = found[0], len(row)
+                return []  # the header
+        at = self.url_at
+        if self.width is not None and len(row) > self.width:
+            extra = len(row) - self.width
+            row = [*row[:at], ",".join(row[at : at + extra + 1]), *row[at + extra + 1 :]]
+        if at >= len(row):
+            raise RuleSyntaxError(f"no URL column (column {at + 1})", ctx.source, number)
+        value = row[at].strip()
         if not value:
-            yield "\x00empty URL column"
-            continue
-        if cat_at is not None and cat_at < len(row):
-            yield f"{row[cat_at].strip() or '-'}\t{value}"
-        else:
-            yield value
+            raise RuleSyntaxError("empty URL column", ctx.source, number)
+        return [parse_rule(value, ctx.action, ctx.category, ctx.source, number)]
 
 
-def csv_line(text: str, number: int, ctx: LineContext) -> list[Rule]:
-    """A line made by :func:`csv_rows`: a URL, optionally ``category<TAB>url``."""
-    if text == "#" or not text:
-        return []
-    if text.startswith("\x00"):
-        raise RuleSyntaxError(text[1:], ctx.source, number)
-    category = ctx.category
-    if "\t" in text:
-        category, text = text.split("\t", 1)
-    return [parse_rule(text, ctx.action, category, ctx.source, number)]
-
-
-FORMATS["csv"] = csv_line
+#: Line parser factories by format name (a fresh parser per file).
+FORMATS: dict[str, Callable[[], LineParser]] = {
+    "plain": lambda: plain_line,
+    "hosts": lambda: hosts_line,
+    "adblock": lambda: adblock_line,
+    "csv": CsvLine,
+}
 
 _ADBLOCK_HINT = re.compile(r"(?:@@)?\|\|[^\s]")
 _HOSTS_HINT = re.compile(r"(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F:]*:[0-9a-fA-F:]*)\s+\S")
