@@ -21,6 +21,7 @@ EXPECTED = {
     "ProfileMismatch",
     "Rule",
     "RuleSyntaxError",
+    "SnapshotError",
     "StoreCorrupt",
     "StoreError",
     "StoreFull",

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from urlsieve.cli._gateway import add_rule_options, rule_overrides
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import load_config, parse_bind
 
@@ -21,10 +22,7 @@ def register(sub: Any) -> None:
             "pip install 'urlsieve[service]'."
         ),
     )
-    p.add_argument("--config", metavar="FILE", help="TOML configuration (or $URLSIEVE_CONFIG)")
-    p.add_argument("--snapshot", metavar="FILE", help="compiled snapshot to use")
-    p.add_argument("--lists", nargs="+", metavar="PATH", help="block lists (when no snapshot)")
-    p.add_argument("--allow", nargs="+", metavar="PATH", default=None, help="allow lists")
+    add_rule_options(p)
     p.add_argument("--bind", metavar="HOST:PORT", help="listen address (127.0.0.1:8399)")
     p.add_argument("--seen-store", metavar="SPEC", help="seen store for POST /v1/seen")
     p.add_argument("--log-level", default="warning", help="uvicorn log level")
@@ -33,9 +31,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     overrides = {
-        "snapshot": args.snapshot,
-        "lists": args.lists,
-        "allow": args.allow,
+        **rule_overrides(args),
         "bind": args.bind,
         "seen_store": args.seen_store,
     }

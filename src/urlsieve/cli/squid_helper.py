@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import Any
 
+from urlsieve.cli._gateway import add_rule_options, rule_overrides
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import FailureMode, load_config
 from urlsieve.gateway.live import LiveRules
@@ -29,11 +30,7 @@ def register(sub: Any) -> None:
             "override URLSIEVE_* environment variables, which override the config file."
         ),
     )
-    p.add_argument("--config", metavar="FILE", help="TOML configuration (or $URLSIEVE_CONFIG)")
-    p.add_argument("--snapshot", metavar="FILE", help="compiled snapshot to use")
-    p.add_argument("--lists", nargs="+", metavar="PATH", help="block lists (when no snapshot)")
-    p.add_argument("--allow", nargs="+", metavar="PATH", default=None, help="allow lists")
-    p.add_argument("--categories", metavar="NAME,...", help="block only these categories")
+    add_rule_options(p)
     p.add_argument("--mode", choices=[m.value for m in HelperMode], help="reply form")
     p.add_argument("--redirect-url", metavar="TEMPLATE", help="block page (%%u %%c %%a …)")
     p.add_argument("--redirect-status", type=int, metavar="30N", help="redirect status")
@@ -53,10 +50,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     overrides = {
-        "snapshot": args.snapshot,
-        "lists": args.lists,
-        "allow": args.allow,
-        "categories": args.categories,
+        **rule_overrides(args),
         "mode": args.mode,
         "redirect_url": args.redirect_url,
         "redirect_status": args.redirect_status,

@@ -17,17 +17,13 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Generic, TypeVar
 
-from urlsieve.exceptions import UrlsieveError
+from urlsieve.exceptions import NoRules, UrlsieveError
 
 __all__ = ["LiveRules", "NoRules"]
 
 T_co = TypeVar("T_co", covariant=True)
 
 Signature = tuple[int, int, int, int]
-
-
-class NoRules(UrlsieveError):
-    """No rule set could be loaded; ``reason`` says why (the failure mode decides)."""
 
 
 def _signature(path: str) -> Signature | None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from urllib.parse import quote, unquote
 
-from urlsieve.exceptions import ConfigError, UrlsieveError
+from urlsieve.exceptions import ConfigError, HelperProtocolError
 
 __all__ = [
     "REDIRECT_STATUSES",
@@ -74,13 +74,8 @@ _CHANNEL = re.compile(r"[0-9]+")
 _AUTHORITY = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^/\s:@?#]+):[0-9]+")
 
 
-class ProtocolError(UrlsieveError, ValueError):
-    """A helper request line that cannot be read; ``channel`` is echoed in the BH reply."""
-
-    def __init__(self, reason: str, channel: str | None = None) -> None:
-        self.reason = reason
-        self.channel = channel
-        super().__init__(reason)
+#: Kept under this name here; defined in :mod:`urlsieve.exceptions`.
+ProtocolError = HelperProtocolError
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ from typing import Any
 
 import xxhash
 
-from urlsieve.exceptions import UrlsieveError
+from urlsieve.exceptions import SnapshotError
 from urlsieve.filter import Filter
 from urlsieve.match.base import Explanation, Verdict, resolve_rules
 from urlsieve.rules.load import LoadResult
@@ -88,15 +88,6 @@ _QUERY_BIT = 1 << 63
 _DEEP_BIT = 62  # depths >= 62 share one bit
 
 _hash = xxhash.xxh3_64_intdigest
-
-
-class SnapshotError(UrlsieveError):
-    """A file that is not a usable snapshot: wrong magic or format version, truncated, corrupt."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        self.path = path
-        self.reason = reason
-        super().__init__(f"{path}: {reason}")
 
 
 def _h(text: str) -> int:
@@ -474,21 +465,10 @@ class SnapshotMatcher:
 
     # -- lookups ---------------------------------------------------------------------------
 
-    def _probe_host(self, host: str) -> int:
-        table, mask = self._hosts, self._host_mask
-        key = _h(host)
-        i = key & mask
-        while True:
-            slot = table[2 * i]
-            if slot == key:
-                return int(table[2 * i + 1])
-            if slot == 0:
-                return 0
-            i = (i + 1) & mask
-
-    def _probe_expr(self, expr: str) -> int:
-        table, mask = self._exprs, self._expr_mask
-        key = _h(expr)
+    @staticmethod
+    def _probe(table: memoryview, mask: int, text: str) -> int:
+        """The value stored for ``text`` in an open-addressing table (0: absent)."""
+        key = _h(text)
         i = key & mask
         while True:
             slot = table[2 * i]
@@ -550,7 +530,7 @@ class SnapshotMatcher:
                 continue
             if probes is not None:
                 probes.append(host)
-            depths = self._probe_host(host)
+            depths = self._probe(self._hosts, self._host_mask, host)
             if not depths:
                 continue
             if candidates is None:
@@ -570,7 +550,7 @@ class SnapshotMatcher:
                 expr = host + suffix
                 if probes is not None:
                     probes.append(expr)
-                value = self._probe_expr(expr)
+                value = self._probe(self._exprs, self._expr_mask, expr)
                 if not value:
                     continue
                 first, count = value >> 8, value & 0xFF
