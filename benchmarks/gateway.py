@@ -212,9 +212,8 @@ def helper_throughput(args: argparse.Namespace, workdir: Path) -> str:
         verdict = (
             f"urlsieve helper vs squidGuard: **{ratio:.2f}×** its throughput on the same "
             f"request lines (goal ≥ 2×: {goal}). squidGuard's database build: {sg_build:.1f} s. "
-            "The requests urlsieve alone blocks are mostly evasion spellings (upper case, "
-            "trailing dot, userinfo, `..` segments) that squidGuard's raw-string match misses; "
-            "see benchmarks/filter.py for the breakdown."
+            "Where the two disagree, benchmarks/filter.py classifies why (squidGuard's "
+            "canonicalisation misses on evasion spellings, and its raw-prefix matches)."
         )
     header = ["helper", "lines/s (median)", "start to first answer", "blocked", "agreement"]
     return (
@@ -451,7 +450,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wrk-seconds", type=int, default=8)
     parser.add_argument("--quick", action="store_true", help="small data, for a smoke run")
     parser.add_argument("--write", action="store_true", help="write benchmarks/RESULTS.md")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=common.SHARED_DATA,
+        help=f"the shared data directory (default {common.SHARED_DATA}; from a git worktree "
+        "point it at the main checkout's ../shared/data)",
+    )
     args = parser.parse_args(argv)
+    common.SHARED_DATA = args.data  # traffic_urls() and the UT1 lists are read from here
     workdir = Path(tempfile.mkdtemp(prefix="urlsieve-gateway-bench-"))
     try:
         print("1. helper throughput …", file=sys.stderr)
