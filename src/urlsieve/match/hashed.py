@@ -154,12 +154,12 @@ _LINE_BITS = 32
 
 
 def _covers_whole_host(rule: Rule) -> bool:
-    """A subdomain-covering rule for every path: kept compactly, without a table."""
-    return (
-        rule.path == "/"
-        and rule.query is None
-        and not (rule.anchored or rule.exact_host or rule.is_ip)
-    )
+    """A rule for every path of a host (and its subdomains, unless it is an address).
+
+    Kept compactly, without a table. An address has no subdomains, and no
+    host name has an address as a parent, so addresses fit here too.
+    """
+    return rule.path == "/" and rule.query is None and not (rule.anchored or rule.exact_host)
 
 
 class HashMatcher:
@@ -183,8 +183,9 @@ class HashMatcher:
         self.cache_size = cache_size
         self._cache: dict[str, _Chain] = {}
         self._hosts: dict[str, int | _Host] = {}
-        self._provenance: list[tuple[str, str, str | None]] = []
-        self._provenance_ids: dict[tuple[str, str, str | None], int] = {}
+        # (action, category, source, is_ip) of compact rules, and its index
+        self._provenance: list[tuple[str, str, str | None, bool]] = []
+        self._provenance_ids: dict[tuple[str, str, str | None, bool], int] = {}
         self._patterns: dict[str, str] = {}  # host → pattern, where they differ
         self._built: dict[str, Rule] = {}  # compact rules rebuilt lately
         self._depths: set[int] = set()
@@ -193,7 +194,7 @@ class HashMatcher:
             self.add(rule)
 
     def _pack(self, rule: Rule) -> int:
-        key = (rule.action, rule.category, rule.source)
+        key = (rule.action, rule.category, rule.source, rule.is_ip)
         at = self._provenance_ids.get(key)
         if at is None:
             at = self._provenance_ids[key] = len(self._provenance)
@@ -208,13 +209,14 @@ class HashMatcher:
     def _unpack(self, host: str, code: int) -> Rule:
         rule = self._built.get(host)
         if rule is None:
-            action, category, source = self._provenance[code >> _LINE_BITS]
+            action, category, source, is_ip = self._provenance[code >> _LINE_BITS]
             line = code & ((1 << _LINE_BITS) - 1)
             rule = Rule(
                 self._patterns.get(host, host),
                 action,
                 category,
                 host,
+                is_ip=is_ip,
                 source=source,
                 line=line or None,
             )
@@ -240,7 +242,8 @@ class HashMatcher:
                 self._count -= 1  # an allow replaces the block of the same key
                 self._built.pop(host, None)
             self._hosts[host] = self._pack(rule)
-            self._depths.add(host.count(".") + 1)
+            if not rule.is_ip:
+                self._depths.add(host.count(".") + 1)
             self._count += 1
             return True
         if node is None or type(node) is int:
