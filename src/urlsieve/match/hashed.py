@@ -234,7 +234,7 @@ class HashMatcher:
             self._cache.clear()
         host = rule.host
         node = self._hosts.get(host)
-        if _covers_whole_host(rule) and (node is None or type(node) is int):
+        if _covers_whole_host(rule) and (node is None or isinstance(node, int)):
             if node is not None:
                 action = self._provenance[node >> _LINE_BITS][0]
                 if action in (rule.action, ALLOW):
@@ -246,16 +246,16 @@ class HashMatcher:
                 self._depths.add(host.count(".") + 1)
             self._count += 1
             return True
-        if node is None or type(node) is int:
+        if node is None or isinstance(node, int):
             code = node
             node = self._hosts[host] = _Host()
             if code is not None:  # promoted: its host-wide rule moves into a table
                 node.add(self._unpack(host, code))
                 self._built.pop(host, None)
                 self._patterns.pop(host, None)
-        before = len(node.rules)  # type: ignore[union-attr]
-        added = node.add(rule)  # type: ignore[union-attr]
-        self._count += len(node.rules) - before  # type: ignore[union-attr]
+        before = len(node.rules)
+        added = node.add(rule)
+        self._count += len(node.rules) - before
         if added and not (rule.exact_host or rule.is_ip):
             self._depths.add(host.count(".") + 1)
         return added
@@ -268,10 +268,10 @@ class HashMatcher:
         """Every rule held (compact ones rebuilt), in insertion order of their hosts."""
         out: list[Rule] = []
         for host, node in self._hosts.items():
-            if type(node) is int:
+            if isinstance(node, int):
                 out.append(self._unpack(host, node))
             else:
-                out.extend(node.rules.values())  # type: ignore[union-attr]
+                out.extend(node.rules.values())
         return out
 
     def _chain(self, host: str, is_ip: bool, trace: list[str] | None = None) -> _Chain:
@@ -279,9 +279,9 @@ class HashMatcher:
         hosts = self._hosts
         chain: list[tuple[str, _Table | int]] = []
         node = hosts.get(host)
-        if type(node) is int:
+        if isinstance(node, int):
             chain.append((host, node))
-        elif node is not None and (table := node.table_for_itself()) is not None:  # type: ignore[union-attr]
+        elif node is not None and (table := node.table_for_itself()) is not None:
             chain.append((host, table))
         elif trace is not None:
             trace.append(f"{host} (no rules for this host)")
@@ -296,10 +296,10 @@ class HashMatcher:
                 continue
             parent = host[at + 1 :]
             node = hosts.get(parent)
-            if type(node) is int:
+            if isinstance(node, int):
                 chain.append((parent, node))
-            elif node is not None and node.sub is not None:  # type: ignore[union-attr]
-                chain.append((parent, node.sub))  # type: ignore[union-attr]
+            elif node is not None and node.sub is not None:
+                chain.append((parent, node.sub))
             elif trace is not None:
                 trace.append(f"{parent} (no rules for this host)")
         return tuple(chain)
@@ -318,11 +318,11 @@ class HashMatcher:
         path = url.path
         query = url.query
         for name, table in chain:
-            if type(table) is int:  # a host-wide rule: nothing more specific here
+            if isinstance(table, int):  # a host-wide rule: nothing more specific here
                 if trace is not None:
                     trace.append(name + "/")
                 return self._unpack(name, table)
-            rule = table.match(path, query, trace, name)  # type: ignore[union-attr]
+            rule = table.match(path, query, trace, name)
             if rule is not None:
                 return rule
         return None
