@@ -154,12 +154,12 @@ _LINE_BITS = 32
 
 
 def _covers_whole_host(rule: Rule) -> bool:
-    """A subdomain-covering rule for every path: kept compactly, without a table."""
-    return (
-        rule.path == "/"
-        and rule.query is None
-        and not (rule.anchored or rule.exact_host or rule.is_ip)
-    )
+    """A rule for every path of a host (and its subdomains, unless it is an address).
+
+    Kept compactly, without a table. An address has no subdomains, and no
+    host name has an address as a parent, so addresses fit here too.
+    """
+    return rule.path == "/" and rule.query is None and not (rule.anchored or rule.exact_host)
 
 
 class HashMatcher:
@@ -183,8 +183,9 @@ class HashMatcher:
         self.cache_size = cache_size
         self._cache: dict[str, _Chain] = {}
         self._hosts: dict[str, int | _Host] = {}
-        self._provenance: list[tuple[str, str, str | None]] = []
-        self._provenance_ids: dict[tuple[str, str, str | None], int] = {}
+        # (action, category, source, is_ip) of compact rules, and its index
+        self._provenance: list[tuple[str, str, str | None, bool]] = []
+        self._provenance_ids: dict[tuple[str, str, str | None, bool], int] = {}
         self._patterns: dict[str, str] = {}  # host → pattern, where they differ
         self._built: dict[str, Rule] = {}  # compact rules rebuilt lately
         self._depths: set[int] = set()
@@ -193,7 +194,7 @@ class HashMatcher:
             self.add(rule)
 
     def _pack(self, rule: Rule) -> int:
-        key = (rule.action, rule.category, rule.source)
+        key = (rule.action, rule.category, rule.source, rule.is_ip)
         at = self._provenance_ids.get(key)
         if at is None:
             at = self._provenance_ids[key] = len(self._provenance)
@@ -208,13 +209,14 @@ class HashMatcher:
     def _unpack(self, host: str, code: int) -> Rule:
         rule = self._built.get(host)
         if rule is None:
-            action, category, source = self._provenance[code >> _LINE_BITS]
+            action, category, source, is_ip = self._provenance[code >> _LINE_BITS]
             line = code & ((1 << _LINE_BITS) - 1)
             rule = Rule(
                 self._patterns.get(host, host),
                 action,
                 category,
                 host,
+                is_ip=is_ip,
                 source=source,
                 line=line or None,
             )
@@ -232,7 +234,7 @@ class HashMatcher:
             self._cache.clear()
         host = rule.host
         node = self._hosts.get(host)
-        if _covers_whole_host(rule) and (node is None or type(node) is int):
+        if _covers_whole_host(rule) and (node is None or isinstance(node, int)):
             if node is not None:
                 action = self._provenance[node >> _LINE_BITS][0]
                 if action in (rule.action, ALLOW):
@@ -240,19 +242,20 @@ class HashMatcher:
                 self._count -= 1  # an allow replaces the block of the same key
                 self._built.pop(host, None)
             self._hosts[host] = self._pack(rule)
-            self._depths.add(host.count(".") + 1)
+            if not rule.is_ip:
+                self._depths.add(host.count(".") + 1)
             self._count += 1
             return True
-        if node is None or type(node) is int:
+        if node is None or isinstance(node, int):
             code = node
             node = self._hosts[host] = _Host()
             if code is not None:  # promoted: its host-wide rule moves into a table
                 node.add(self._unpack(host, code))
                 self._built.pop(host, None)
                 self._patterns.pop(host, None)
-        before = len(node.rules)  # type: ignore[union-attr]
-        added = node.add(rule)  # type: ignore[union-attr]
-        self._count += len(node.rules) - before  # type: ignore[union-attr]
+        before = len(node.rules)
+        added = node.add(rule)
+        self._count += len(node.rules) - before
         if added and not (rule.exact_host or rule.is_ip):
             self._depths.add(host.count(".") + 1)
         return added
@@ -265,10 +268,10 @@ class HashMatcher:
         """Every rule held (compact ones rebuilt), in insertion order of their hosts."""
         out: list[Rule] = []
         for host, node in self._hosts.items():
-            if type(node) is int:
+            if isinstance(node, int):
                 out.append(self._unpack(host, node))
             else:
-                out.extend(node.rules.values())  # type: ignore[union-attr]
+                out.extend(node.rules.values())
         return out
 
     def _chain(self, host: str, is_ip: bool, trace: list[str] | None = None) -> _Chain:
@@ -276,9 +279,9 @@ class HashMatcher:
         hosts = self._hosts
         chain: list[tuple[str, _Table | int]] = []
         node = hosts.get(host)
-        if type(node) is int:
+        if isinstance(node, int):
             chain.append((host, node))
-        elif node is not None and (table := node.table_for_itself()) is not None:  # type: ignore[union-attr]
+        elif node is not None and (table := node.table_for_itself()) is not None:
             chain.append((host, table))
         elif trace is not None:
             trace.append(f"{host} (no rules for this host)")
@@ -293,10 +296,10 @@ class HashMatcher:
                 continue
             parent = host[at + 1 :]
             node = hosts.get(parent)
-            if type(node) is int:
+            if isinstance(node, int):
                 chain.append((parent, node))
-            elif node is not None and node.sub is not None:  # type: ignore[union-attr]
-                chain.append((parent, node.sub))  # type: ignore[union-attr]
+            elif node is not None and node.sub is not None:
+                chain.append((parent, node.sub))
             elif trace is not None:
                 trace.append(f"{parent} (no rules for this host)")
         return tuple(chain)
@@ -315,11 +318,11 @@ class HashMatcher:
         path = url.path
         query = url.query
         for name, table in chain:
-            if type(table) is int:  # a host-wide rule: nothing more specific here
+            if isinstance(table, int):  # a host-wide rule: nothing more specific here
                 if trace is not None:
                     trace.append(name + "/")
                 return self._unpack(name, table)
-            rule = table.match(path, query, trace, name)  # type: ignore[union-attr]
+            rule = table.match(path, query, trace, name)
             if rule is not None:
                 return rule
         return None

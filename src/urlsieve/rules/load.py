@@ -185,8 +185,14 @@ class _Loader:
     ) -> None:
         report = ListReport(str(path), fmt, category, action)
         self.result.reports.append(report)
-        with path.open(encoding="utf-8", errors="replace", newline="") as fh:
-            read_lines(fh, parse, report, self.sink, strict=self.strict, progress=self.progress)
+        # One read and one split: the strings a rule keeps (its host) then sit together in
+        # memory instead of between freed line buffers, which keeps the resident size low.
+        text = path.read_text(encoding="utf-8", errors="replace")
+        lines = text.split("\n")
+        if lines and not lines[-1]:
+            lines.pop()
+        del text
+        read_lines(lines, parse, report, self.sink, strict=self.strict, progress=self.progress)
 
     def file(self, path: Path) -> None:
         fmt = self.format
