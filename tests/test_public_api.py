@@ -14,20 +14,26 @@ EXPECTED = {
     "FILTER",
     "URL",
     "ConfigError",
+    "Explanation",
+    "Filter",
     "InvalidURL",
     "Profile",
     "ProfileMismatch",
+    "Rule",
     "RuleSyntaxError",
+    "SnapshotError",
     "StoreCorrupt",
     "StoreError",
     "StoreFull",
     "StoreReadOnly",
     "StoreUnavailable",
     "UrlsieveError",
+    "Verdict",
     "__version__",
     "canonicalize",
     "crawler_profile",
     "lookup_expressions",
+    "parse_rule",
     "parse_url",
 }
 
@@ -46,7 +52,7 @@ def test_all_is_exactly_the_public_api() -> None:
 
 
 def test_subpackage_all_names_exist() -> None:
-    for module_name in ("urlsieve.url", "urlsieve.exceptions"):
+    for module_name in ("urlsieve.url", "urlsieve.exceptions", "urlsieve.rules", "urlsieve.match"):
         module = importlib.import_module(module_name)
         assert module.__all__ == sorted(module.__all__)
         for name in module.__all__:

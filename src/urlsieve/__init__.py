@@ -8,6 +8,7 @@ from urlsieve.exceptions import (
     InvalidURL,
     ProfileMismatch,
     RuleSyntaxError,
+    SnapshotError,
     StoreCorrupt,
     StoreError,
     StoreFull,
@@ -15,6 +16,9 @@ from urlsieve.exceptions import (
     StoreUnavailable,
     UrlsieveError,
 )
+from urlsieve.filter import Filter
+from urlsieve.match import Explanation, Verdict
+from urlsieve.rules import Rule, parse_rule
 from urlsieve.url import (
     CRAWLER,
     FILTER,
@@ -31,11 +35,15 @@ __version__ = "0.1.0"
 __all__ = [
     "CRAWLER",
     "ConfigError",
+    "Explanation",
     "FILTER",
+    "Filter",
     "InvalidURL",
     "Profile",
     "ProfileMismatch",
+    "Rule",
     "RuleSyntaxError",
+    "SnapshotError",
     "StoreCorrupt",
     "StoreError",
     "StoreFull",
@@ -43,9 +51,11 @@ __all__ = [
     "StoreUnavailable",
     "URL",
     "UrlsieveError",
+    "Verdict",
     "__version__",
     "canonicalize",
     "crawler_profile",
     "lookup_expressions",
+    "parse_rule",
     "parse_url",
 ]

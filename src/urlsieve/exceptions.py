@@ -6,6 +6,9 @@ Hierarchy::
     ├── InvalidURL (ValueError)        a string that is not a usable URL, with the reason
     ├── RuleSyntaxError (ValueError)   a bad line in a rule list (``path:line: reason``)
     ├── ConfigError (ValueError)       contradictory or invalid options
+    ├── SnapshotError                  a compiled snapshot that cannot be used (``path: reason``)
+    ├── HelperProtocolError (ValueError) a Squid helper request line that cannot be read
+    ├── NoRules                        a gateway process has no rules loaded (and why)
     └── StoreError                     a seen store cannot do what was asked
         ├── StoreCorrupt               a file that is not a store, truncated, or damaged
         ├── ProfileMismatch            a store written under another canonical profile
@@ -22,9 +25,12 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "HelperProtocolError",
     "InvalidURL",
+    "NoRules",
     "ProfileMismatch",
     "RuleSyntaxError",
+    "SnapshotError",
     "StoreCorrupt",
     "StoreError",
     "StoreFull",
@@ -60,6 +66,28 @@ class RuleSyntaxError(UrlsieveError, ValueError):
 
 class ConfigError(UrlsieveError, ValueError):
     """Invalid or contradictory options; the message says how to fix them."""
+
+
+class SnapshotError(UrlsieveError):
+    """A file that is not a usable snapshot: wrong magic or format version, truncated, corrupt."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class HelperProtocolError(UrlsieveError, ValueError):
+    """A Squid helper request line that cannot be read; ``channel`` is echoed in the BH reply."""
+
+    def __init__(self, reason: str, channel: str | None = None) -> None:
+        self.reason = reason
+        self.channel = channel
+        super().__init__(reason)
+
+
+class NoRules(UrlsieveError):
+    """No rule set could be loaded; the message says why (the failure mode decides)."""
 
 
 class StoreError(UrlsieveError):

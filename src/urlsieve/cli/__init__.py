@@ -13,12 +13,26 @@ import sys
 from collections.abc import Sequence
 
 from urlsieve import __version__
-from urlsieve.cli import canon, dedup, demo
+from urlsieve.cli import canon, check, dedup, demo, explain, serve, squid_helper
+from urlsieve.cli import compile as compile_cmd
+from urlsieve.cli import config as config_cmd
+from urlsieve.cli import filter as filter_command
 from urlsieve.exceptions import UrlsieveError
 
 __all__ = ["build_parser", "console_main", "main"]
 
-SUBCOMMANDS = (demo, canon, dedup)
+SUBCOMMANDS = (
+    demo,
+    canon,
+    check,
+    explain,
+    filter_command,
+    dedup,
+    compile_cmd,
+    squid_helper,
+    serve,
+    config_cmd,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

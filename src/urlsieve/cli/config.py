@@ -1,0 +1,92 @@
+"""``urlsieve config check FILE``: validate a gateway configuration and say what it will do."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from urlsieve.exceptions import ConfigError
+from urlsieve.gateway.config import ENV_VARS, describe, load_config
+from urlsieve.match.snapshot import SnapshotError, read_snapshot_info
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "config",
+        help="check a gateway configuration file",
+        description="Configuration of the Squid helper and the lookup service.",
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    check = actions.add_parser(
+        "check",
+        help="validate FILE and print what the gateway will do",
+        description=(
+            "Validate a TOML configuration (with the URLSIEVE_* environment overrides "
+            "applied) and print what it will do. Exit status 0 when valid, 2 when not."
+        ),
+    )
+    check.add_argument("file", metavar="FILE")
+    check.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(args.file, env=os.environ)
+    if config.helper_configured:
+        config.validate(helper=True)
+    lines = describe(config)
+    problems: list[str] = []
+    for path in (*config.lists, *config.allow):
+        if not os.path.exists(path):
+            problems.append(f"list {path} does not exist")
+    if config.snapshot:
+        if os.path.exists(config.snapshot):
+            try:
+                info = read_snapshot_info(config.snapshot, verify=True)
+            except SnapshotError as exc:
+                problems.append(str(exc))
+            else:
+                age = time.time() - info.created
+                compiled = info.meta.get("selected_categories") or []
+                lines.append(
+                    f"snapshot: {info.rules} rules, {info.size} bytes, format "
+                    f"{info.format_version}, version {info.version}, compiled {age:.0f} s ago, "
+                    f"categories {', '.join(compiled) or '(all)'}"
+                )
+                if config.categories and sorted(compiled) != sorted(config.categories):
+                    problems.append(
+                        "the snapshot was compiled for other categories: run "
+                        f"`urlsieve compile --config {args.file}`"
+                    )
+                stale = [
+                    p
+                    for p in config.lists
+                    if os.path.exists(p) and os.path.getmtime(p) > info.created
+                ]
+                if stale:
+                    lines.append(
+                        f"note: changed since the snapshot was compiled: {', '.join(stale)}"
+                    )
+        elif config.lists:
+            lines.append(
+                f"note: snapshot {config.snapshot} does not exist yet: "
+                f"run `urlsieve compile --config {args.file}`"
+            )
+        else:
+            problems.append(f"snapshot {config.snapshot} does not exist and no lists are set")
+    overridden = sorted(name for name in ENV_VARS if name in os.environ)
+    if overridden:
+        lines.append(f"environment overrides: {', '.join(overridden)}")
+    try:
+        config.read_token()
+    except ConfigError as exc:
+        problems.append(str(exc))
+    print("\n".join(lines))
+    if problems:
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    print("configuration OK")
+    return 0

@@ -1,0 +1,87 @@
+"""``urlsieve squid-helper``: the Squid url_rewrite / external ACL helper on stdin/stdout."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from urlsieve.cli._gateway import add_rule_options, rule_overrides
+from urlsieve.exceptions import ConfigError
+from urlsieve.gateway.config import FailureMode, load_config
+from urlsieve.gateway.live import LiveRules
+from urlsieve.gateway.protocol import HelperMode
+from urlsieve.gateway.rules import filter_loader
+from urlsieve.gateway.squid import HelperSettings, SquidHelper, serve, stderr_logger
+
+_CHANNELS = {"auto": None, "yes": True, "no": False}
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "squid-helper",
+        help="answer Squid url_rewrite_program / external_acl_type requests",
+        description=(
+            "Read Squid helper requests on standard input and answer on standard output: "
+            '--mode redirect (OK status=302 url="block page" / ERR), rewrite '
+            '(OK rewrite-url="block page" / ERR) or acl (external_acl_type: OK tag=category '
+            "for a blocked URL, ERR otherwise). Channel IDs (concurrency > 0) are recognised "
+            "and echoed. Reloads the snapshot on SIGHUP and when the file changes. Options "
+            "override URLSIEVE_* environment variables, which override the config file."
+        ),
+    )
+    add_rule_options(p)
+    p.add_argument("--mode", choices=[m.value for m in HelperMode], help="reply form")
+    p.add_argument("--redirect-url", metavar="TEMPLATE", help="block page (%%u %%c %%a …)")
+    p.add_argument("--redirect-status", type=int, metavar="30N", help="redirect status")
+    p.add_argument(
+        "--failure-mode",
+        choices=[m.value for m in FailureMode],
+        help="when no rules can be loaded: block (closed, default) or allow (open)",
+    )
+    p.add_argument(
+        "--channels",
+        choices=sorted(_CHANNELS),
+        default="auto",
+        help="Squid sends channel IDs (concurrency > 0): yes, no, or auto-detect",
+    )
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = {
+        **rule_overrides(args),
+        "mode": args.mode,
+        "redirect_url": args.redirect_url,
+        "redirect_status": args.redirect_status,
+        "failure_mode": args.failure_mode,
+    }
+    config = load_config(args.config, env=os.environ, overrides=overrides, helper=True)
+    log = stderr_logger("urlsieve squid-helper")
+    rules = LiveRules(
+        filter_loader(config),
+        watch=config.snapshot,
+        check_seconds=config.reload_check_seconds,
+        log=log,
+    )
+    if not rules.loaded:
+        log(f"starting without rules, failure mode {config.failure_mode.value}: {rules.error}")
+    rules.install_sighup()
+    try:
+        settings = HelperSettings(
+            mode=config.mode,
+            redirect_url=config.redirect_url,
+            redirect_status=config.status,
+            failure_mode=config.failure_mode,
+            channels=_CHANNELS[args.channels],
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    helper = SquidHelper(rules, settings, log=log)
+    status = serve(helper)
+    stats = helper.stats
+    log(
+        f"end of input: {stats.requests} requests, {stats.blocked} blocked, "
+        f"{stats.allowed} allowed, {stats.failures} failures, {stats.bad_lines} bad lines"
+    )
+    return status

@@ -1,0 +1,366 @@
+"""The gateway's configuration: one TOML file, environment overrides, validation.
+
+Precedence, highest first: command-line options, ``URLSIEVE_*`` environment
+variables, the TOML file (``--config FILE`` or ``URLSIEVE_CONFIG``), defaults.
+
+.. code-block:: toml
+
+    [rules]
+    lists = ["/var/lib/urlsieve/ut1"]        # block lists: files or squidGuard category dirs
+    allow = ["/etc/urlsieve/allow.txt"]      # allow lists
+    categories = ["adult", "malware"]        # block only these categories (default: all)
+    snapshot = "/var/lib/urlsieve/rules.snap"  # compiled by `urlsieve compile --config FILE`
+
+    [squid]
+    mode = "redirect"                        # redirect | rewrite | acl
+    redirect_url = "http://block.lan/?url=%u&category=%c&client=%a"
+    redirect_status = 302                    # 301, 302, 303, 307 or 308 (redirect mode)
+    failure_mode = "closed"                  # closed: block and log; open: allow and log
+    reload_check_seconds = 1.0               # how often the snapshot file is checked for a change
+
+    [service]
+    bind = "127.0.0.1:8399"
+    token_file = "/etc/urlsieve/token"       # or token = "…": protects POST /v1/reload
+    seen_store = "memory:"                   # any urlsieve seen-store spec
+
+The library never reads the environment: :func:`load_config` takes the
+mapping to read (the CLI passes ``os.environ``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from urlsieve.exceptions import ConfigError
+from urlsieve.gateway.protocol import REDIRECT_STATUSES, HelperMode, validate_template
+
+__all__ = [
+    "ENV_VARS",
+    "FailureMode",
+    "GatewayConfig",
+    "describe",
+    "load_config",
+    "parse_bind",
+]
+
+
+class FailureMode(StrEnum):
+    """What the helper answers when it cannot decide (no rules loaded, an internal error)."""
+
+    CLOSED = "closed"  # block, and log why
+    OPEN = "open"  # allow, and log why
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Every gateway option, validated. Build with :func:`load_config` or directly."""
+
+    lists: tuple[str, ...] = ()
+    allow: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    snapshot: str | None = None
+    mode: HelperMode = HelperMode.REDIRECT
+    redirect_url: str | None = None
+    redirect_status: int | None = None
+    failure_mode: FailureMode = FailureMode.CLOSED
+    reload_check_seconds: float = 1.0
+    bind: str = "127.0.0.1:8399"
+    token: str | None = field(default=None, repr=False)
+    token_file: str | None = None
+    seen_store: str | None = None
+    #: Where each option was set: "default", "file", "env:NAME" or "option".
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+    source_file: str | None = None
+
+    @property
+    def helper_configured(self) -> bool:
+        """Whether any ``[squid]`` option was set (file, environment or option)."""
+        squid = [name for name, (section, _, _, _) in _OPTIONS.items() if section == "squid"]
+        return any(self.origins.get(name, "default") != "default" for name in squid)
+
+    def validate(self, *, needs_rules: bool = True, helper: bool = False) -> GatewayConfig:
+        """Raise :class:`ConfigError` for an invalid or contradictory combination.
+
+        ``helper``: also check what only the Squid helper needs (the block page).
+        """
+        if needs_rules and not self.lists and not self.snapshot:
+            raise ConfigError(
+                "no rules: set rules.lists (block lists) or rules.snapshot (a compiled "
+                "snapshot), or pass --lists / --snapshot"
+            )
+        if self.categories and not self.lists and self.snapshot is None:
+            raise ConfigError("rules.categories selects from rules.lists, which is empty")
+        if self.redirect_url:
+            validate_template(self.redirect_url)
+        redirects = self.mode in (HelperMode.REDIRECT, HelperMode.REWRITE)
+        if helper and redirects and not self.redirect_url:
+            raise ConfigError(
+                f"squid.mode={self.mode.value!r} needs squid.redirect_url (the block page, "
+                "e.g. 'http://block.lan/?url=%u&category=%c'); or set squid.mode='acl' "
+                "and let Squid's deny_info choose the page"
+            )
+        if self.redirect_status is not None:
+            if self.mode is HelperMode.REWRITE:
+                raise ConfigError(
+                    "squid.redirect_status contradicts squid.mode='rewrite' (a rewrite sends no "
+                    "redirect to the client): remove it, or set squid.mode='redirect'"
+                )
+            if self.redirect_status not in REDIRECT_STATUSES:
+                allowed = ", ".join(map(str, sorted(REDIRECT_STATUSES)))
+                raise ConfigError(
+                    f"squid.redirect_status={self.redirect_status}: Squid accepts {allowed}"
+                )
+        if not (
+            math.isfinite(self.reload_check_seconds) and 0 <= self.reload_check_seconds <= 3600
+        ):
+            raise ConfigError(
+                f"squid.reload_check_seconds={self.reload_check_seconds}: use 0 (check before "
+                "every request) to 3600"
+            )
+        if self.token and self.token_file:
+            raise ConfigError(
+                "service.token and service.token_file are both set: keep one "
+                "(token_file keeps the secret out of the config file)"
+            )
+        if self.token is not None and len(self.token) < 16:
+            raise ConfigError("service.token is shorter than 16 characters: use a longer secret")
+        parse_bind(self.bind)
+        if self.seen_store is not None:
+            from urlsieve.seen import parse_spec
+
+            parse_spec(self.seen_store)
+        return self
+
+    @property
+    def status(self) -> int:
+        """The redirect status sent to Squid (302 unless configured)."""
+        return self.redirect_status or 302
+
+    def read_token(self) -> str | None:
+        """The reload token, from ``token`` or ``token_file`` (None: reload is disabled)."""
+        if self.token_file is None:
+            return self.token
+        try:
+            token = Path(self.token_file).read_text("utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"service.token_file {self.token_file}: {exc.strerror or exc}"
+            ) from exc
+        if len(token) < 16:
+            raise ConfigError(
+                f"service.token_file {self.token_file}: the token is shorter than 16 characters"
+            )
+        return token
+
+
+def parse_bind(bind: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` for IPv6) → ``(host, port)``."""
+    host, sep, port = bind.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"service.bind={bind!r}: write HOST:PORT, e.g. '127.0.0.1:8399'")
+    return host.strip("[]"), int(port)
+
+
+# Option name → (TOML section, TOML key, environment variable, kind).
+_OPTIONS: dict[str, tuple[str, str, str, str]] = {
+    "lists": ("rules", "lists", "URLSIEVE_LISTS", "paths"),
+    "allow": ("rules", "allow", "URLSIEVE_ALLOW", "paths"),
+    "categories": ("rules", "categories", "URLSIEVE_CATEGORIES", "names"),
+    "snapshot": ("rules", "snapshot", "URLSIEVE_SNAPSHOT", "path"),
+    "mode": ("squid", "mode", "URLSIEVE_MODE", "mode"),
+    "redirect_url": ("squid", "redirect_url", "URLSIEVE_REDIRECT_URL", "str"),
+    "redirect_status": ("squid", "redirect_status", "URLSIEVE_REDIRECT_STATUS", "int"),
+    "failure_mode": ("squid", "failure_mode", "URLSIEVE_FAILURE_MODE", "failure"),
+    "reload_check_seconds": ("squid", "reload_check_seconds", "URLSIEVE_RELOAD_CHECK", "float"),
+    "bind": ("service", "bind", "URLSIEVE_BIND", "str"),
+    "token": ("service", "token", "URLSIEVE_TOKEN", "str"),
+    "token_file": ("service", "token_file", "URLSIEVE_TOKEN_FILE", "path"),
+    "seen_store": ("service", "seen_store", "URLSIEVE_SEEN_STORE", "str"),
+}
+
+#: Environment variable → option, for the documentation and ``config check``.
+ENV_VARS = {env: name for name, (_, _, env, _) in _OPTIONS.items()} | {
+    "URLSIEVE_CONFIG": "the config file"
+}
+
+
+def _convert(name: str, kind: str, value: Any, where: str, base: Path | None) -> Any:
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"{where}: {name} must be {expected}, not {value!r}")
+
+    def path(item: Any) -> str:
+        if not isinstance(item, str) or not item:
+            raise bad("a path (string)")
+        expanded = Path(item).expanduser()
+        return str(base / expanded if base is not None and not expanded.is_absolute() else expanded)
+
+    if kind == "paths":
+        if isinstance(value, str):  # environment: os.pathsep-separated
+            value = [v for v in value.split(os.pathsep) if v]
+        if not isinstance(value, list):
+            raise bad("a list of paths")
+        return tuple(path(v) for v in value)
+    if kind == "names":
+        if isinstance(value, str):  # environment: comma-separated
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise bad("a list of category names")
+        return tuple(value)
+    if kind == "path":
+        return path(value)
+    if kind == "str":
+        if not isinstance(value, str):
+            raise bad("a string")
+        return value
+    if kind == "int":
+        if isinstance(value, str) and value.strip().isdigit():
+            return int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise bad("an integer")
+        return value
+    if kind == "float":
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise bad("a number") from None
+    if kind == "mode":
+        try:
+            return HelperMode(value)
+        except ValueError:
+            raise bad("one of " + ", ".join(repr(m.value) for m in HelperMode)) from None
+    if kind == "failure":
+        try:
+            return FailureMode(value)
+        except ValueError:
+            raise bad("one of " + ", ".join(repr(m.value) for m in FailureMode)) from None
+    raise AssertionError(kind)  # pragma: no cover
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: not valid TOML: {exc}") from exc
+    sections = {section for section, _, _, _ in _OPTIONS.values()}
+    for section, body in data.items():
+        if section not in sections:
+            raise ConfigError(
+                f"config file {path}: unknown section [{section}] "
+                f"(known: {', '.join(sorted(sections))})"
+            )
+        if not isinstance(body, dict):
+            raise ConfigError(f"config file {path}: [{section}] must be a table")
+        known = {key for s, key, _, _ in _OPTIONS.values() if s == section}
+        for key in body:
+            if key not in known:
+                raise ConfigError(
+                    f"config file {path}: unknown option {section}.{key} "
+                    f"(known in [{section}]: {', '.join(sorted(known))})"
+                )
+    return data
+
+
+def load_config(
+    path: str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    needs_rules: bool = True,
+    helper: bool = False,
+) -> GatewayConfig:
+    """Read the TOML file (``path``, else ``env['URLSIEVE_CONFIG']``, else none), apply the
+    environment variables in ``env``, then ``overrides`` (command-line options; ``None``
+    values are ignored), and validate (``helper``: for the Squid helper, which needs
+    a block page unless ``mode`` is ``acl``).
+
+    Relative paths in the file are relative to the file's directory.
+    """
+    env = env or {}
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    unknown = set(overrides) - set(_OPTIONS)
+    if unknown:
+        raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
+    path = path or env.get("URLSIEVE_CONFIG") or None
+    data = _read_file(path) if path else {}
+    base = Path(path).resolve().parent if path else None
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name, (section, key, env_name, kind) in _OPTIONS.items():
+        if name in overrides:
+            values[name] = _convert(name, kind, overrides[name], "command line", None)
+            origins[name] = "option"
+        elif env_name in env:
+            values[name] = _convert(name, kind, env[env_name], f"${env_name}", None)
+            origins[name] = f"env:{env_name}"
+        elif key in data.get(section, {}):
+            values[name] = _convert(name, kind, data[section][key], f"{path} [{section}]", base)
+            origins[name] = "file"
+        else:
+            origins[name] = "default"
+    config = GatewayConfig(**values, origins=origins, source_file=path)
+    return config.validate(needs_rules=needs_rules, helper=helper)
+
+
+def describe(config: GatewayConfig) -> list[str]:
+    """Human-readable lines saying what the gateway will do with this configuration."""
+
+    def origin(name: str) -> str:
+        where = config.origins.get(name, "default")
+        return "" if where == "default" else f"  [{where}]"
+
+    out = [f"config file: {config.source_file or '(none)'}"]
+    if config.snapshot:
+        out.append(f"rules: compiled snapshot {config.snapshot}{origin('snapshot')}")
+        if config.lists:
+            out.append("  (`urlsieve compile --config FILE` rebuilds it from the lists below)")
+    for name, label in (("lists", "block lists"), ("allow", "allow lists")):
+        items = getattr(config, name)
+        out.append(f"{label}: {', '.join(items) if items else '(none)'}{origin(name)}")
+    categories = ", ".join(config.categories) if config.categories else "all in the lists"
+    out.append(f"categories blocked: {categories}{origin('categories')}")
+    if not config.helper_configured:
+        out.append("squid helper: not configured (no [squid] options)")
+    elif config.mode is HelperMode.ACL:
+        out.append(
+            "squid helper: external_acl_type form: OK (blocked, tag=category) / ERR (allowed)"
+            + origin("mode")
+        )
+    else:
+        verb = "redirects" if config.mode is HelperMode.REDIRECT else "rewrites"
+        status = f" with status {config.status}" if config.mode is HelperMode.REDIRECT else ""
+        out.append(
+            f"squid helper: url_rewrite_program form: {verb} blocked URLs to "
+            f"{config.redirect_url}{status}{origin('mode')}"
+        )
+    fail = (
+        "block every request and log why"
+        if config.failure_mode is FailureMode.CLOSED
+        else "allow every request and log why"
+    )
+    out.append(
+        f"when no rules can be loaded: {fail} "
+        f"(failure_mode={config.failure_mode.value}){origin('failure_mode')}"
+    )
+    out.append(
+        f"reload: on SIGHUP, and on a snapshot change (checked every "
+        f"{config.reload_check_seconds:g} s){origin('reload_check_seconds')}"
+    )
+    out.append(f"service: listens on {config.bind}{origin('bind')}")
+    if config.token_file:
+        out.append(f"service reload: token from {config.token_file}{origin('token_file')}")
+    elif config.token:
+        out.append(f"service reload: token set (hidden){origin('token')}")
+    else:
+        out.append("service reload: disabled (no service.token or service.token_file)")
+    out.append(f"seen store: {config.seen_store or '(none: POST /v1/seen answers 404)'}")
+    return out

@@ -1,0 +1,170 @@
+"""A long-running process's current rule set, replaced on SIGHUP or on a file change.
+
+:class:`LiveRules` holds the loaded object (a :class:`urlsieve.Filter`, usually
+opened from a compiled snapshot) and swaps in a new one between two requests:
+the new one is loaded and validated first, then one reference assignment makes
+it current, so no request sees a half-loaded rule set and none is dropped. A
+failed reload keeps the old rules and is logged; the next change is tried again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Generic, TypeVar
+
+from urlsieve.exceptions import NoRules, UrlsieveError
+
+__all__ = ["LiveRules", "NoRules"]
+
+T_co = TypeVar("T_co", covariant=True)
+
+Signature = tuple[int, int, int, int]
+
+
+def _signature(path: str) -> Signature | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass(frozen=True)
+class _Loaded(Generic[T_co]):
+    rules: T_co
+    signature: Signature | None
+    loaded_at: float  # time.time()
+    load_seconds: float
+    generation: int
+
+
+class LiveRules(Generic[T_co]):
+    """The current rules; call :meth:`poll` between requests and :meth:`get` for each.
+
+    ``load`` builds the rules (it may raise; :class:`UrlsieveError` and ``OSError``
+    are logged and retried later). ``watch`` is a file whose change triggers a
+    reload (checked at most every ``check_seconds``; 0 checks at every poll).
+    """
+
+    def __init__(
+        self,
+        load: Callable[[], T_co],
+        *,
+        watch: str | None = None,
+        check_seconds: float = 1.0,
+        log: Callable[[str], None] = lambda _msg: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._load = load
+        self._watch = watch
+        self._check_seconds = check_seconds
+        self._log = log
+        self._clock = clock
+        self._current: _Loaded[T_co] | None = None
+        self._error: str | None = None
+        self._failed_signature: Signature | None = None
+        self._requested = False
+        self._next_check = 0.0
+        self._generation = 0
+        self.reloads = 0
+        self.failed_reloads = 0
+        self._reload("start")
+
+    # -- state ---------------------------------------------------------------
+
+    def get(self) -> T_co:
+        """The current rules, or :class:`NoRules` with the reason none are loaded."""
+        current = self._current
+        if current is None:
+            raise NoRules(self._error or "no rules loaded")
+        return current.rules
+
+    @property
+    def loaded(self) -> bool:
+        return self._current is not None
+
+    @property
+    def error(self) -> str | None:
+        """Why the last load failed (None after a success)."""
+        return self._error
+
+    @property
+    def loaded_at(self) -> float | None:
+        """Wall-clock time (``time.time()``) the current rules were loaded."""
+        return None if self._current is None else self._current.loaded_at
+
+    @property
+    def load_seconds(self) -> float | None:
+        return None if self._current is None else self._current.load_seconds
+
+    @property
+    def generation(self) -> int:
+        """1 for the first successful load, +1 for each successful reload (0: none)."""
+        return 0 if self._current is None else self._current.generation
+
+    # -- reloading -----------------------------------------------------------
+
+    def request_reload(self) -> None:
+        """Ask for a reload at the next :meth:`poll` (safe to call from a signal handler)."""
+        self._requested = True
+
+    def install_sighup(self) -> None:
+        """Reload on SIGHUP (main thread only)."""
+
+        def handler(_signum: int, _frame: FrameType | None) -> None:
+            self.request_reload()
+
+        signal.signal(signal.SIGHUP, handler)
+
+    def poll(self) -> bool:
+        """Reload when asked to, when the watched file changed, or to retry after a failure.
+
+        Returns True when new rules were swapped in.
+        """
+        if self._requested:
+            self._requested = False
+            return self._reload("SIGHUP")
+        now = self._clock()
+        if now < self._next_check:
+            return False
+        self._next_check = now + self._check_seconds
+        if self._watch is None:
+            return False
+        signature = _signature(self._watch)
+        if signature is None or signature == self._failed_signature:
+            return False
+        if self._current is not None and signature == self._current.signature:
+            return False
+        return self._reload("file change" if self._current is not None else "retry")
+
+    def reload(self) -> bool:
+        """Reload now; True on success (the old rules stay on failure)."""
+        return self._reload("request")
+
+    def _reload(self, why: str) -> bool:
+        signature = _signature(self._watch) if self._watch is not None else None
+        started = time.perf_counter()
+        try:
+            rules = self._load()
+        except (UrlsieveError, OSError) as exc:
+            self._error = f"{type(exc).__name__}: {exc}"
+            self._failed_signature = signature
+            if why != "start":
+                self.failed_reloads += 1
+            keeping = "keeping the previous rules" if self._current else "no rules loaded"
+            self._log(f"reload ({why}) failed, {keeping}: {self._error}")
+            return False
+        elapsed = time.perf_counter() - started
+        self._generation += 1
+        self._current = _Loaded(rules, signature, time.time(), elapsed, self._generation)
+        self._error = None
+        self._failed_signature = None
+        if why != "start":
+            self.reloads += 1
+        self._log(f"rules loaded ({why}) in {elapsed * 1000:.1f} ms, generation {self._generation}")
+        return True

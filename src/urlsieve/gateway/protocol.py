@@ -1,0 +1,212 @@
+"""Squid's helper line protocols: request lines in, reply lines out.
+
+Two helper interfaces share one line syntax (squid.conf ``url_rewrite_program``
+and ``external_acl_type``)::
+
+    request:  [channel-ID SP] URL [SP client[/fqdn]] [SP user] [SP method] [SP key=value ...]
+    reply:    [channel-ID SP] result [SP key=value ...]
+
+The channel ID is present if and only if the helper runs with ``concurrency`` > 0
+(Squid sends a number from 0 to concurrency-1 and the reply must echo it). The
+positional fields after the URL are Squid's default ``url_rewrite_extras``
+(``%>a/%>A %un %>rm myip=%la myport=%lp``); the README's ``external_acl_type``
+line sends the same fields (``%>ru %>a %un %>rm``), each URL-escaped as Squid
+does for external ACLs, and Squid appends ``%DATA`` (``-`` when empty).
+
+Replies:
+
+- url_rewrite: ``OK status=302 url="…"`` (redirect), ``OK rewrite-url="…"``
+  (rewrite), ``ERR`` (keep the request as it is);
+- external ACL: ``OK`` (the ACL matches: the URL is blocked) with ``tag=`` (the
+  category), ``message=`` (available as ``%o`` in error pages) and ``log=``,
+  ``ERR`` (no match);
+- both: ``BH message="…"`` for a line the helper cannot read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from urllib.parse import quote, unquote
+
+from urlsieve.exceptions import ConfigError, HelperProtocolError
+
+__all__ = [
+    "REDIRECT_STATUSES",
+    "TEMPLATE_CODES",
+    "HelperMode",
+    "HelperRequest",
+    "ProtocolError",
+    "format_reply",
+    "parse_request",
+    "quote_value",
+    "render_template",
+    "validate_template",
+]
+
+
+class HelperMode(StrEnum):
+    """How the helper answers a blocked URL."""
+
+    REDIRECT = "redirect"  # url_rewrite_program: OK status=30N url="block page"
+    REWRITE = "rewrite"  # url_rewrite_program: OK rewrite-url="block page"
+    ACL = "acl"  # external_acl_type: OK (match) / ERR (no match)
+
+
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+
+#: Substitutions in the block page URL (squidGuard's letters, plus %c and %r).
+TEMPLATE_CODES = {
+    "a": "client IP address",
+    "n": "client host name (or the address when Squid sent none)",
+    "i": "user name (or '-')",
+    "u": "the requested URL as Squid sent it",
+    "c": "the category of the deciding rule",
+    "t": "the category (squidGuard's 'target class' spelling)",
+    "r": "the deciding rule as source:line",
+    "%": "a literal %",
+}
+
+_TEMPLATE_CODE = re.compile(r"%(.)", re.DOTALL)
+_CHANNEL = re.compile(r"[0-9]+")
+# CONNECT requests reach url_rewrite as an authority: "host:443" or "[v6]:443".
+_AUTHORITY = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^/\s:@?#]+):[0-9]+")
+
+
+#: Kept under this name here; defined in :mod:`urlsieve.exceptions`.
+ProtocolError = HelperProtocolError
+
+
+@dataclass(frozen=True, slots=True)
+class HelperRequest:
+    """One request line, split into the fields Squid sends by default."""
+
+    channel: str | None
+    url: str
+    client: str | None = None
+    client_name: str | None = None
+    user: str | None = None
+    method: str | None = None
+    extras: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def target(self) -> str:
+        """The URL to check: a CONNECT authority (``host:443``) becomes ``https://host:443/``."""
+        if self.method == "CONNECT" or _AUTHORITY.fullmatch(self.url):
+            return f"https://{self.url}/"
+        return self.url
+
+
+def _field(token: str | None) -> str | None:
+    return None if token in (None, "", "-") else token
+
+
+def parse_request(
+    line: str, *, channels: bool | None = None, escaped: bool = False
+) -> HelperRequest:
+    """Read one request line (without its newline).
+
+    ``channels``: True when Squid sends channel IDs (``concurrency`` > 0), False when
+    not, None to recognise them (a first token of digits followed by more tokens: a
+    URL is never all digits). ``escaped``: the fields are URL-escaped (external ACL).
+    """
+    tokens = line.split()
+    channel: str | None = None
+    if tokens and (channels or (channels is None and len(tokens) > 1)):
+        if _CHANNEL.fullmatch(tokens[0]):
+            channel = tokens.pop(0)
+        elif channels:
+            raise ProtocolError(f"expected a channel ID (a number), got {tokens[0][:80]!r}")
+    if not tokens:
+        raise ProtocolError("empty request line: expected a URL", channel)
+    decode = unquote if escaped else (lambda s: s)
+    url = decode(tokens[0])
+    if not url or url == "-":
+        raise ProtocolError("no URL in the request line", channel)
+    positional: list[str] = []
+    extras: dict[str, str] = {}
+    for token in tokens[1:]:
+        key, sep, value = token.partition("=")
+        if sep and key.isidentifier():
+            extras[key] = decode(value)
+        else:
+            positional.append(decode(token))
+    client = client_name = None
+    if positional:
+        client, _, name = positional[0].partition("/")
+        client, client_name = _field(client), _field(name)
+    user = _field(positional[1]) if len(positional) > 1 else None
+    method = _field(positional[2]) if len(positional) > 2 else None
+    return HelperRequest(channel, url, client, client_name, user, method, extras)
+
+
+def quote_value(value: str) -> str:
+    r"""A kv-pair value as Squid reads it: in double quotes, ``\`` and ``"`` escaped."""
+    escaped = (
+        value.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "\\r").replace("\n", "\\n")
+    )
+    return f'"{escaped}"'
+
+
+def format_reply(channel: str | None, result: str, **pairs: str | int | None) -> str:
+    """``[channel ]RESULT[ key="value" ...]`` with the newline. ``None`` values are left out.
+
+    Keyword names use ``_`` for ``-`` (``rewrite_url`` → ``rewrite-url``).
+    """
+    parts = [result] if channel is None else [channel, result]
+    for key, value in pairs.items():
+        if value is None:
+            continue
+        name = key.replace("_", "-")
+        parts.append(
+            f"{name}={value}" if isinstance(value, int) else f"{name}={quote_value(value)}"
+        )
+    return " ".join(parts) + "\n"
+
+
+def validate_template(template: str) -> str:
+    """Check a block page URL template; raise ConfigError naming a bad ``%`` code."""
+    for match in _TEMPLATE_CODE.finditer(template):
+        if match.group(1) not in TEMPLATE_CODES:
+            codes = ", ".join(f"%{c} ({d})" for c, d in TEMPLATE_CODES.items())
+            raise ConfigError(
+                f"redirect URL {template!r}: unknown substitution %{match.group(1)} "
+                f"at offset {match.start()} (use {codes})"
+            )
+    if template.endswith("%") and not template.endswith("%%"):
+        raise ConfigError(f"redirect URL {template!r} ends with a lone %: write %% for a literal %")
+    if not re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*://", template):
+        raise ConfigError(
+            f"redirect URL {template!r} is not absolute: Squid needs e.g. "
+            "'http://block.example/?url=%u&category=%c'"
+        )
+    return template
+
+
+def render_template(
+    template: str,
+    *,
+    url: str,
+    category: str | None,
+    client: str | None,
+    client_name: str | None = None,
+    user: str | None = None,
+    rule: str | None = None,
+) -> str:
+    """Fill a block page URL; every substituted value is percent-encoded."""
+    values = {
+        "a": client or "-",
+        "n": client_name or client or "-",
+        "i": user or "-",
+        "u": url,
+        "c": category or "-",
+        "t": category or "-",
+        "r": rule or "-",
+    }
+
+    def sub(match: re.Match[str]) -> str:
+        code = match.group(1)
+        return "%" if code == "%" else quote(values[code], safe="")
+
+    return _TEMPLATE_CODE.sub(sub, template)

@@ -1,0 +1,120 @@
+"""Loading the gateway's rules from its configuration: a compiled snapshot, or the lists."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from urlsieve import __version__
+from urlsieve.exceptions import ConfigError
+from urlsieve.filter import Filter
+from urlsieve.gateway.config import GatewayConfig
+from urlsieve.match.snapshot import (
+    SnapshotFilter,
+    SnapshotInfo,
+    compile_snapshot,
+    read_snapshot_info,
+)
+from urlsieve.rules.model import Rule
+
+__all__ = ["compile_lists", "filter_loader", "rules_info", "select_categories"]
+
+
+def select_categories(rules: Sequence[Rule], categories: Sequence[str]) -> list[Rule]:
+    """Block rules of the chosen categories, and every allow rule (empty: all rules).
+
+    Selection happens before matching (at compile time), so a more specific
+    rule of an unselected category cannot shadow a selected one.
+    """
+    if not categories:
+        return list(rules)
+    chosen = set(categories)
+    return [r for r in rules if r.action != "block" or r.category in chosen]
+
+
+def compile_lists(
+    lists: Sequence[str],
+    allow: Sequence[str],
+    output: str,
+    *,
+    categories: Sequence[str] = (),
+    strict: bool = False,
+) -> tuple[SnapshotInfo, Filter]:
+    """Read the lists and compile the selected rules into a snapshot at ``output``."""
+    source = Filter.from_lists(lists, allow, strict=strict)
+    present = {r.category for r in source.rules}
+    missing = [c for c in categories if c not in present]
+    if missing:
+        known = ", ".join(sorted(present)) or "none"
+        raise ConfigError(
+            f"categories not found in the lists: {', '.join(missing)} (the lists have: {known})"
+        )
+    rules = select_categories(source.rules, categories)
+    meta: dict[str, Any] = {
+        "lists": [os.path.abspath(p) for p in lists],
+        "allow": [os.path.abspath(p) for p in allow],
+        "selected_categories": list(categories),
+        "compiled_by": f"urlsieve {__version__}",
+        "skipped_lines": len(source.warnings),
+    }
+    return compile_snapshot(rules, output, meta=meta), source
+
+
+def filter_loader(config: GatewayConfig) -> Callable[[], Filter]:
+    """A function loading the configured rules: the snapshot when set, else the lists.
+
+    A snapshot compiled for other categories than configured is refused with the fix.
+    """
+    if config.snapshot:
+        snapshot = config.snapshot
+
+        def load_snapshot() -> Filter:
+            loaded = Filter.load(snapshot)
+            info = loaded.info if isinstance(loaded, SnapshotFilter) else None
+            compiled = list((info.meta.get("selected_categories") if info else None) or [])
+            if config.categories and sorted(compiled) != sorted(config.categories):
+                raise ConfigError(
+                    f"snapshot {snapshot} was compiled for categories "
+                    f"{', '.join(compiled) or '(all)'}, the configuration blocks "
+                    f"{', '.join(config.categories)}: recompile with "
+                    "`urlsieve compile --config FILE`"
+                )
+            return loaded
+
+        return load_snapshot
+
+    def load_lists() -> Filter:
+        source = Filter.from_lists(config.lists, config.allow)
+        if not config.categories:
+            return source
+        return Filter.from_rules(select_categories(source.rules, config.categories))
+
+    return load_lists
+
+
+def rules_info(rules: Filter | None, loaded_at: float | None, generation: int) -> dict[str, Any]:
+    """What the service reports about the loaded rules (health and metrics)."""
+    info: dict[str, Any] = {"loaded_at": loaded_at, "generation": generation}
+    if rules is None:
+        return info
+    info["rules"] = len(rules)
+    if isinstance(rules, SnapshotFilter):
+        snapshot = rules.info
+        info.update(
+            source="snapshot",
+            path=snapshot.path,
+            version=snapshot.version,
+            format=snapshot.format_version,
+            created=snapshot.created,
+            age_seconds=round(time.time() - snapshot.created, 3),
+        )
+    else:
+        info["source"] = "lists"
+    return info
+
+
+def snapshot_summary(path: str) -> SnapshotInfo:
+    """The header of a snapshot file (for ``config check``)."""
+    return read_snapshot_info(path)

@@ -1,0 +1,282 @@
+"""Load list files and squidGuard/UT1 category trees into rules, with a report per file.
+
+A path is read by what it is:
+
+- a directory with ``domains``/``urls`` files is one squidGuard category
+  (named after the directory); any other directory is a tree of categories,
+  one per subdirectory, with symlinked aliases (real symlinks, or the small
+  text files git writes for symlinks on checkouts without them) recorded
+  and not loaded twice;
+- a file is read in ``format`` (``auto`` sniffs it: ``.csv`` → csv, Adblock
+  headers or ``||`` rules → adblock, ``ADDRESS host`` lines → hosts, else
+  plain); its category is the file stem.
+
+In a category directory: ``domains`` are host rules; ``urls`` are
+host/path rules whose leading ``www``/``web``/``ftp`` label (with digits,
+``www2.``) is dropped as squidGuard does, unless that would leave a public
+suffix; ``usage`` decides the action when none is forced (a usage of ``white``
+without ``black`` is an allow list; UT1 writes ``black white`` for lists
+meant for either use, and those block); ``expressions`` files hold regular expressions,
+which urlsieve does not apply: each of their lines is reported and skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from urlsieve.exceptions import RuleSyntaxError
+from urlsieve.rules.model import ALLOW, BLOCK, Rule, parse_rule
+from urlsieve.rules.readers import (
+    FORMATS,
+    LineContext,
+    ListReport,
+    RuleList,
+    RuleSink,
+    plain_line,
+    read_lines,
+    sniff_format,
+    strip_comment,
+)
+
+__all__ = ["LoadResult", "list_files", "load_lists"]
+
+_WWW = re.compile(r"(?:www|web|ftp)[0-9]*\.", re.IGNORECASE)
+_DOMAIN_FILES = ("domains",)
+_URL_FILES = ("urls",)
+_EXPRESSION_FILES = re.compile(r".*expressions?$")
+
+Progress = Callable[[int], None]
+
+
+@dataclass
+class LoadResult:
+    """The rules read (duplicates dropped) and a report for every file."""
+
+    rules: list[Rule] = field(default_factory=list)
+    reports: list[ListReport] = field(default_factory=list)
+    #: squidGuard alias name → the category it points to.
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def warnings(self) -> list[RuleSyntaxError]:
+        """Every bad line of every file, in reading order."""
+        return [w for r in self.reports for w in r.warnings]
+
+
+def _domains_line(text: str, number: int, ctx: LineContext) -> list[Rule]:
+    rules = plain_line(text, number, ctx)
+    for rule in rules:
+        if rule.path != "/" or rule.query is not None:
+            raise RuleSyntaxError(
+                f"a path in a domains file (paths belong in 'urls'): {rule.pattern!r}",
+                ctx.source,
+                number,
+            )
+    return rules
+
+
+def _urls_line(text: str, number: int, ctx: LineContext) -> list[Rule]:
+    text = strip_comment(text)
+    if not text:
+        return []
+    match = _WWW.match(text)
+    if match is not None:
+        try:
+            rule = parse_rule(text[match.end() :], ctx.action, ctx.category, ctx.source, number)
+        except RuleSyntaxError:
+            pass  # "web.de/x": dropping the label would leave a public suffix
+        else:
+            return [rule._replace(pattern=text)]
+    return [parse_rule(text, ctx.action, ctx.category, ctx.source, number)]
+
+
+def _expression_line(text: str, number: int, ctx: LineContext) -> list[Rule]:
+    if not strip_comment(text):
+        return []
+    raise RuleSyntaxError(
+        "regular-expression lists are not applied by urlsieve (use domains/urls)",
+        ctx.source,
+        number,
+    )
+
+
+def _usage_action(directory: Path) -> str:
+    usage = directory / "usage"
+    if usage.is_file():
+        words = usage.read_text("utf-8", errors="replace").lower().split()
+        # UT1 writes "black white" for lists usable either way: only "white" alone allows.
+        if "white" in words and "black" not in words:
+            return ALLOW
+    return BLOCK
+
+
+def _is_category_dir(path: Path) -> bool:
+    return any((path / name).is_file() for name in (*_DOMAIN_FILES, *_URL_FILES))
+
+
+def _alias_target(entry: Path) -> str | None:
+    """The category a symlink (or git's symlink-as-text-file) in a tree points to."""
+    if entry.is_symlink():
+        target = entry.resolve()
+        return target.name if target.is_dir() else None
+    if entry.is_file() and entry.stat().st_size < 256:
+        try:
+            text = entry.read_text("utf-8").strip()
+        except UnicodeDecodeError:
+            return None
+        if text and "/" not in text and "\n" not in text and (entry.parent / text).is_dir():
+            return text
+    return None
+
+
+def _tree_categories(root: Path, aliases: dict[str, str]) -> list[Path]:
+    if _is_category_dir(root):
+        return [root]
+    out = []
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        target = _alias_target(entry)
+        if target is not None:
+            aliases[entry.name] = target
+        elif entry.is_dir() and _is_category_dir(entry):
+            out.append(entry)
+    return out
+
+
+class _Loader:
+    def __init__(
+        self,
+        *,
+        action: str | None,
+        format: str,
+        category: str | None,
+        strict: bool,
+        progress: Progress | None,
+        sink: RuleSink | None,
+    ) -> None:
+        if format != "auto" and format not in FORMATS:
+            raise ValueError(
+                f"unknown list format {format!r}; use auto or one of {sorted(FORMATS)}"
+            )
+        self.action = action
+        self.format = format
+        self.category = category
+        self.strict = strict
+        self.progress = progress
+        self.result = LoadResult()
+        if sink is None:
+            collected = RuleList()
+            self.result.rules = collected.rules
+            sink = collected
+        self.sink = sink
+
+    def _read(
+        self,
+        path: Path,
+        fmt: str,
+        parse: Callable[[str, int, LineContext], list[Rule]],
+        category: str,
+        action: str,
+    ) -> None:
+        report = ListReport(str(path), fmt, category, action)
+        self.result.reports.append(report)
+        # One read and one split: the strings a rule keeps (its host) then sit together in
+        # memory instead of between freed line buffers, which keeps the resident size low.
+        text = path.read_text(encoding="utf-8", errors="replace")
+        lines = text.split("\n")
+        if lines and not lines[-1]:
+            lines.pop()
+        del text
+        read_lines(lines, parse, report, self.sink, strict=self.strict, progress=self.progress)
+
+    def file(self, path: Path) -> None:
+        fmt = self.format
+        if fmt == "auto":
+            with path.open(encoding="utf-8", errors="replace") as fh:
+                head = [line for _, line in zip(range(200), fh, strict=False)]
+            fmt = sniff_format(path.name, head)
+        category = self.category or path.stem
+        self._read(path, fmt, FORMATS[fmt](), category, self.action or BLOCK)
+
+    def tree(self, root: Path) -> None:
+        for directory in _tree_categories(root, self.result.aliases):
+            category = self.category or directory.name
+            action = self.action or _usage_action(directory)
+            for entry in sorted(directory.iterdir()):
+                if not entry.is_file():
+                    continue
+                if entry.name in _DOMAIN_FILES:
+                    self._read(entry, "squidguard-domains", _domains_line, category, action)
+                elif entry.name in _URL_FILES:
+                    self._read(entry, "squidguard-urls", _urls_line, category, action)
+                elif _EXPRESSION_FILES.fullmatch(entry.name):
+                    self._read(entry, "squidguard-expressions", _expression_line, category, action)
+
+
+def load_lists(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    action: str | None = None,
+    format: str = "auto",
+    category: str | None = None,
+    strict: bool = False,
+    progress: Progress | None = None,
+    sink: RuleSink | None = None,
+) -> LoadResult:
+    """Read list files and squidGuard trees (see the module docstring) into one rule set.
+
+    ``action`` forces ``block`` or ``allow`` for every rule (``@@`` lines
+    stay allow rules); ``None`` means block, or what a squidGuard
+    category's ``usage`` says. A rule whose key and action were already read
+    (from any file) is counted as a duplicate and dropped. ``strict`` raises
+    :class:`RuleSyntaxError` at the first bad line; otherwise bad lines are
+    in each report's ``warnings``. ``progress`` receives characters read.
+
+    Rules go to ``sink`` (e.g. :meth:`urlsieve.match.HashMatcher.add`, so that
+    no list of every rule is ever built) or, by default, into ``result.rules``.
+    """
+    if action not in (None, BLOCK, ALLOW):
+        raise ValueError(f"action must be 'block', 'allow' or None, not {action!r}")
+    loader = _Loader(
+        action=action,
+        format=format,
+        category=category,
+        strict=strict,
+        progress=progress,
+        sink=sink,
+    )
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            loader.tree(path)
+        elif path.is_file():
+            loader.file(path)
+        else:
+            raise RuleSyntaxError("no such list file or directory", str(path))
+    return loader.result
+
+
+def list_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Every file :func:`load_lists` would read (for sizing a progress bar)."""
+    out: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            for directory in _tree_categories(path, {}):
+                out += [
+                    e
+                    for e in sorted(directory.iterdir())
+                    if e.is_file()
+                    and (
+                        e.name in (*_DOMAIN_FILES, *_URL_FILES)
+                        or _EXPRESSION_FILES.fullmatch(e.name)
+                    )
+                ]
+        elif path.is_file():
+            out.append(path)
+    return out

@@ -1,0 +1,155 @@
+"""``urlsieve check``, ``explain`` and ``filter``, in-process."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from urlsieve.cli import main
+
+CONSOLE = (
+    "import sys; from urlsieve.cli import console_main; sys.argv[0] = 'urlsieve'; console_main()"
+)
+
+
+@pytest.fixture
+def lists(tmp_path: Path) -> Path:
+    (tmp_path / "bad.txt").write_text("evil.com\n@@evil.com/public/\nnot a rule\n", "utf-8")
+    (tmp_path / "ok.txt").write_text("good.evil.com\n", "utf-8")
+    return tmp_path
+
+
+def run(monkeypatch: pytest.MonkeyPatch, argv: list[str], stdin: str = "") -> int:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    return main(argv)
+
+
+def test_check_urls_after_lists(
+    lists: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = str(lists / "bad.txt")
+    status = run(
+        monkeypatch,
+        ["check", "--lists", bad, "--allow", str(lists / "ok.txt"), "WWW.EVIL.com", "a.org"],
+    )
+    out, err = capsys.readouterr()
+    assert status == 3  # something blocked
+    assert out.splitlines() == [f"block\tbad\t{bad}:1\tWWW.EVIL.com", "none\t-\t-\ta.org"]
+    assert f"{bad}:3: whitespace inside a pattern" in err
+
+
+def test_check_exit_statuses(
+    lists: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = str(lists / "bad.txt")
+    assert run(monkeypatch, ["check", "--lists", bad, "--", "good.evil.com.org"]) == 0
+    assert run(monkeypatch, ["check", "--lists", bad, "--", "javascript:x", "evil.com"]) == 1
+    assert run(monkeypatch, ["check", "--lists", bad, "--strict", "--", "a.org"]) == 2
+    assert run(monkeypatch, ["check", "a.org"]) == 2  # no lists
+    assert run(monkeypatch, ["check", "--lists", str(lists / "nope.txt"), "a.org"]) == 2
+    err = capsys.readouterr().err
+    assert "line 1: unsupported scheme 'javascript'" in err
+    assert f"{bad}:3: whitespace" in err
+    assert "no rules: give --lists" in err
+    assert "--lists: no such file or directory" in err
+
+
+def test_check_jsonl(
+    lists: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = str(lists / "bad.txt")
+    run(monkeypatch, ["check", "--lists", bad, "--format", "jsonl", "http://evil.com/public/x"])
+    record = json.loads(capsys.readouterr().out)
+    assert record["action"] == "allow"
+    assert record["canonical"] == "http://evil.com/public/x"
+    assert record["rule"] == {
+        "pattern": "evil.com/public/",
+        "action": "allow",
+        "category": "bad",
+        "source": bad,
+        "line": 2,
+    }
+
+
+def test_explain(
+    lists: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = str(lists / "bad.txt")
+    status = run(monkeypatch, ["explain", "--lists", bad, "HTTP://x.Evil.com:80/a/../public/y"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "canonical: http://x.evil.com/public/y" in out
+    assert "  evil.com/public/" in out
+    assert f"decision:  allow by 'evil.com/public/' (category bad, {bad}:2)" in out
+    assert run(monkeypatch, ["explain", "--lists", bad]) == 2
+
+
+def test_filter_stream(
+    lists: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = str(lists / "bad.txt")
+    stdin = "\ufeffhttp://evil.com/x\r\njavascript:alert(1)\nhttp://evil.com/public/\n\na.org\n"
+    status = run(monkeypatch, ["filter", "--lists", bad], stdin)
+    out, err = capsys.readouterr()
+    assert status == 1
+    assert out.splitlines() == [
+        f"block\tbad\t{bad}:1\thttp://evil.com/x",
+        f"allow\tbad\t{bad}:2\thttp://evil.com/public/",
+        "none\t-\t-\ta.org",
+    ]
+    assert "line 2: unsupported scheme" in err
+    assert "line 4: empty URL" in err
+    assert "2 input line(s) rejected" in err
+
+
+def test_filter_only_and_jsonl(
+    lists: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = str(lists / "bad.txt")
+    stdin = "evil.com\na.org\nevil.com/public/\n"
+    assert run(monkeypatch, ["filter", "--lists", bad, "--only", "block"], stdin) == 0
+    assert capsys.readouterr().out == f"block\tbad\t{bad}:1\tevil.com\n"
+    argv = ["filter", "--lists", bad, "--only", "none", "--only", "allow", "--format", "jsonl"]
+    assert run(monkeypatch, argv, stdin) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["url"], r["action"]) for r in records] == [
+        ("a.org", "none"),
+        ("evil.com/public/", "allow"),
+    ]
+
+
+def test_filter_console_script_streams_binary_safely(lists: Path) -> None:
+    bad = str(lists / "bad.txt")
+    stdin = b"http://evil.com/\xff\nhttp://b.org/\xc3\xa9\n" * 3
+    proc = subprocess.run(
+        [sys.executable, "-c", CONSOLE, "filter", "--lists", bad],
+        input=stdin,
+        capture_output=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"block\tbad\t{bad}:1\t".encode() + b"http://evil.com/\xff"
+    assert lines[1] == b"none\t-\t-\thttp://b.org/\xc3\xa9"
+    assert len(lines) == 6
+
+
+def test_progress_bar_on_a_terminal_for_large_lists(
+    lists: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from urlsieve.cli import _lists
+
+    monkeypatch.setattr(_lists, "PROGRESS_BYTES", 0)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    bar = _lists._Bar(100)
+    bar(50)
+    assert "loading lists [###############" in capsys.readouterr().err
+    assert run(monkeypatch, ["check", "--lists", str(lists / "ok.txt"), "a.org"]) == 0
+    err = capsys.readouterr().err
+    assert "loading lists [" in err
+    assert err.endswith("\r")  # the bar is cleared before output

@@ -1,0 +1,131 @@
+"""Squid helper line protocol: request parsing, reply formatting, block page templates."""
+
+from __future__ import annotations
+
+import pytest
+
+from urlsieve.exceptions import ConfigError
+from urlsieve.gateway.protocol import (
+    ProtocolError,
+    format_reply,
+    parse_request,
+    quote_value,
+    render_template,
+    validate_template,
+)
+
+
+def test_url_rewrite_line_with_squid_default_extras() -> None:
+    line = "http://evil.com/x 10.0.0.7/pc7.lan alice GET myip=10.0.0.1 myport=3128"
+    req = parse_request(line)
+    assert req.channel is None
+    assert req.url == "http://evil.com/x"
+    assert (req.client, req.client_name, req.user, req.method) == (
+        "10.0.0.7",
+        "pc7.lan",
+        "alice",
+        "GET",
+    )
+    assert req.extras == {"myip": "10.0.0.1", "myport": "3128"}
+
+
+def test_channel_id_is_recognised_and_kept() -> None:
+    req = parse_request("17 http://evil.com/ 127.0.0.1/- - GET myip=127.0.0.1 myport=3128")
+    assert req.channel == "17"
+    assert req.url == "http://evil.com/"
+    assert req.client_name is None and req.user is None
+
+
+def test_channels_forced_on_and_off() -> None:
+    assert parse_request("3 http://a.com/", channels=True).channel == "3"
+    # Without concurrency a lone token is the URL, even when it looks like a number.
+    assert parse_request("3279880203", channels=False).url == "3279880203"
+    with pytest.raises(ProtocolError, match="channel ID"):
+        parse_request("http://a.com/ 1.2.3.4", channels=True)
+
+
+def test_bare_url_line() -> None:
+    req = parse_request("http://a.com/")
+    assert (req.channel, req.url, req.client) == (None, "http://a.com/", None)
+
+
+def test_external_acl_fields_are_url_unescaped() -> None:
+    # Squid's external ACL line for "%>ru %>a %un %>rm" plus the appended %DATA "-".
+    req = parse_request("4 http://a.com/x%20y 127.0.0.1 bob%20smith GET -", escaped=True)
+    assert req.channel == "4"
+    assert req.url == "http://a.com/x y"
+    assert req.user == "bob smith"
+    assert req.method == "GET"
+
+
+def test_connect_authority_becomes_https_url() -> None:
+    req = parse_request("evil.com:443 10.0.0.1/- - CONNECT myip=- myport=3128")
+    assert req.target == "https://evil.com:443/"
+    assert parse_request("[2001:db8::1]:443").target == "https://[2001:db8::1]:443/"
+    assert parse_request("http://a.com/").target == "http://a.com/"
+
+
+@pytest.mark.parametrize("line", ["", "   ", "7"])
+def test_lines_without_a_url(line: str) -> None:
+    if line == "7":
+        # A lone number is a URL for the parser (the canonicaliser decides later).
+        assert parse_request(line).url == "7"
+        return
+    with pytest.raises(ProtocolError):
+        parse_request(line)
+
+
+def test_channel_without_url_keeps_the_channel_for_bh() -> None:
+    with pytest.raises(ProtocolError) as info:
+        parse_request("5 -")
+    assert info.value.channel == "5"
+
+
+def test_reply_formats() -> None:
+    assert format_reply(None, "ERR") == "ERR\n"
+    assert format_reply("3", "ERR") == "3 ERR\n"
+    assert (
+        format_reply("0", "OK", status=302, url="http://b/?u=x")
+        == '0 OK status=302 url="http://b/?u=x"\n'
+    )
+    assert format_reply(None, "OK", rewrite_url="http://b/") == 'OK rewrite-url="http://b/"\n'
+    assert format_reply(None, "BH", message='bad "line"\n') == 'BH message="bad \\"line\\"\\n"\n'
+    assert format_reply(None, "OK", tag="adult", message=None) == 'OK tag="adult"\n'
+
+
+def test_quote_value_escapes_backslash_first() -> None:
+    assert quote_value('a\\"b') == '"a\\\\\\"b"'
+
+
+def test_template_substitutions_are_percent_encoded() -> None:
+    out = render_template(
+        "http://block.lan/?url=%u&cat=%c&t=%t&client=%a&name=%n&user=%i&rule=%r&pct=%%",
+        url="http://evil.com/a b?x=1&y=2",
+        category="adult sites",
+        client="10.0.0.7",
+        client_name=None,
+        user=None,
+        rule="lists/adult/domains:12",
+    )
+    assert out == (
+        "http://block.lan/?url=http%3A%2F%2Fevil.com%2Fa%20b%3Fx%3D1%26y%3D2"
+        "&cat=adult%20sites&t=adult%20sites&client=10.0.0.7&name=10.0.0.7&user=-"
+        "&rule=lists%2Fadult%2Fdomains%3A12&pct=%"
+    )
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("http://b/?x=%q", "unknown substitution %q"),
+        ("http://b/?x=%", "lone %"),
+        ("block.lan/?u=%u", "not absolute"),
+    ],
+)
+def test_bad_templates_are_refused_with_the_fix(template: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        validate_template(template)
+
+
+def test_good_template_passes() -> None:
+    assert validate_template("https://b.lan/%%?u=%u") == "https://b.lan/%%?u=%u"
