@@ -19,6 +19,7 @@ from urlsieve.exceptions import (
 from urlsieve.filter import Filter
 from urlsieve.match import Explanation, Verdict
 from urlsieve.rules import Rule, parse_rule
+from urlsieve.seen import SeenStore, StoreStats, open_seen
 from urlsieve.url import (
     CRAWLER,
     FILTER,
@@ -43,11 +44,13 @@ __all__ = [
     "ProfileMismatch",
     "Rule",
     "RuleSyntaxError",
+    "SeenStore",
     "SnapshotError",
     "StoreCorrupt",
     "StoreError",
     "StoreFull",
     "StoreReadOnly",
+    "StoreStats",
     "StoreUnavailable",
     "URL",
     "UrlsieveError",
@@ -56,6 +59,7 @@ __all__ = [
     "canonicalize",
     "crawler_profile",
     "lookup_expressions",
+    "open_seen",
     "parse_rule",
     "parse_url",
 ]

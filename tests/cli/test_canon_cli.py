@@ -105,12 +105,3 @@ def test_console_script_and_broken_pipe() -> None:
     )
     assert proc.returncode == 0
     assert proc.stdout.count("http://a.com/") == 50_000
-
-
-def test_demo_runs_on_bundled_data(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert run_cli(["demo"], monkeypatch=monkeypatch) == 0
-    out = capsys.readouterr().out
-    assert "http://192.168.1.1/admin" in out
-    assert "rejected: unsupported scheme 'javascript'" in out
