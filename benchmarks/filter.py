@@ -92,26 +92,23 @@ def generated_tree(root: Path, domains: int, urls: int, seed: int = 7) -> list[P
     return out
 
 
+# Request spellings for a list entry: as listed, then evasions a canonicaliser must undo.
+SPELLINGS = (
+    "http://{host}{path}",
+    "http://www.{host}{path}x",
+    "http://{HOST}{path}",
+    "http://{host}:80{path}",
+    "http://{host}.{path}",
+    "https://user@{host}{path}",
+    "http://{host}/evade/..{path}",
+    "http://cdn.{host}{path}sub/page.html",
+)
+
+
 def spellings(rule: Rule, rnd: random.Random) -> str:
-    """A request for ``rule``'s host/path, sometimes in an evasion spelling."""
+    """A request for ``rule``'s host/path, in one of :data:`SPELLINGS` at random."""
     path = rule.path if rule.query is None else f"{rule.path}?{rule.query}"
-    host = rule.host
-    kind = rnd.randrange(8)
-    if kind == 0:
-        return f"http://{host}{path}"
-    if kind == 1:
-        return f"http://www.{host}{path}x"
-    if kind == 2:
-        return f"http://{host.upper()}{path}"
-    if kind == 3:
-        return f"http://{host}:80{path}"
-    if kind == 4:
-        return f"http://{host}.{path}"
-    if kind == 5:
-        return f"https://user@{host}{path}"
-    if kind == 6:
-        return f"http://{host}/evade/..{path}"
-    return f"http://cdn.{host}{path}sub/page.html"
+    return rnd.choice(SPELLINGS).format(host=rule.host, HOST=rule.host.upper(), path=path)
 
 
 def requests(rules: Sequence[Rule], n_derived: int, seed: int = 11) -> tuple[list[str], str]:
