@@ -47,6 +47,8 @@ def test_arbitrary_strings_return_or_raise_invalid_url(text: str) -> None:
 @example("http://0x.0x/")
 @example("a.com/b:c")
 @example("ab:cd/x")
+@example("a.com")
+@example("http://a.com?x=1")
 def test_urlish_strings_are_idempotent(text: str) -> None:
     result = _canon_or_none(text)
     if result is not None:
@@ -74,7 +76,8 @@ def test_fast_path_only_accepts_fixpoints_of_the_full_pipeline(text: str) -> Non
             continue
         m = _fast_match(candidate, FILTER)
         if m is not None:
-            assert _parse_slow(candidate, FILTER).canonical == m.string
+            assert _parse_slow(candidate, FILTER).canonical == canonicalize(candidate)
+            assert _parse_slow(candidate, FILTER) == parse_url(candidate)
 
 
 @given(URLISH)

@@ -30,8 +30,8 @@ _SEG = rf"""(?:[!"$&'()*+,\-0->@-\[\]-~]|{_ESC})(?:[!"$&-.0->@-\[\]-~]++|{_ESC})
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _FAST = re.compile(
     r"(?P<scheme>https?|ftp|wss?)://"
-    rf"(?:(?P<ip>(?:{_OCTET}\.){{3}}{_OCTET})|(?:[a-z0-9_-]++\.)*+[a-z][a-z0-9_-]*+)"
-    rf"(?P<path>/(?:{_SEG}(?:/{_SEG})*/?)?)"
+    rf"(?P<host>(?P<ip>(?:{_OCTET}\.){{3}}{_OCTET})|(?:[a-z0-9_-]++\.)*+[a-z][a-z0-9_-]*+)"
+    rf"(?P<path>/(?:{_SEG}(?:/{_SEG})*/?)?)?"  # no path: canonical only once "/" is added
     rf"""(?:\?(?P<query>(?:[!"$&-~]++|{_ESC})*+))?"""
 )
 
@@ -150,8 +150,8 @@ def parse_url(url: str, profile: Profile = FILTER) -> URL:
         if m is not None:
             return URL(
                 m.group("scheme"),
-                m.string[m.end("scheme") + 3 : m.start("path")],
-                m.group("path"),
+                m.group("host"),
+                m.group("path") or "/",
                 m.group("query"),
                 is_ip=m.group("ip") is not None,
             )
@@ -171,5 +171,8 @@ def canonicalize(url: str, profile: Profile = FILTER) -> str:
     if profile.fast_path:
         m = _fast_match(url, profile)
         if m is not None:
+            if m.group("path") is None:
+                cut = m.end("host")
+                return f"{m.string[:cut]}/{m.string[cut:]}"
             return m.string
     return _parse_slow(url, profile).canonical
