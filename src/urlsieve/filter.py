@@ -57,6 +57,7 @@ class Filter:
         format: str = "auto",
         strict: bool = False,
         progress: Progress | None = None,
+        categories: Sequence[str] = (),
     ) -> Filter:
         """From list files and squidGuard trees (see :func:`urlsieve.rules.load_lists`).
 
@@ -64,9 +65,18 @@ class Filter:
         categories whose ``usage`` says ``white`` are allow rules);
         ``allow`` lists are all allow rules. Bad lines are skipped and kept
         in :attr:`warnings`; with ``strict`` the first one raises
-        :class:`~urlsieve.RuleSyntaxError`.
+        :class:`~urlsieve.RuleSyntaxError`. With ``categories``, only block rules of
+        those categories are kept (allow rules all are); the choice is made as each
+        rule is read, before duplicates are dropped, so a domain listed in a chosen
+        and an unchosen category stays blocked.
         """
         matcher = HashMatcher()
+        chosen = frozenset(categories)
+
+        def sink(rule: Rule) -> bool:
+            if chosen and rule.action == BLOCK and rule.category not in chosen:
+                return True  # read and valid; its category is not selected
+            return matcher.add(rule)
 
         def load(paths: Sequence[PathLike], action: str | None) -> LoadResult:
             return load_lists(
@@ -75,7 +85,7 @@ class Filter:
                 format=format,
                 strict=strict,
                 progress=progress,
-                sink=matcher.add,
+                sink=sink,
             )
 
         result = load(block, None)

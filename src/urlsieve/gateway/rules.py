@@ -17,21 +17,8 @@ from urlsieve.match.snapshot import (
     compile_snapshot,
     read_snapshot_info,
 )
-from urlsieve.rules.model import Rule
 
-__all__ = ["compile_lists", "filter_loader", "rules_info", "select_categories"]
-
-
-def select_categories(rules: Sequence[Rule], categories: Sequence[str]) -> list[Rule]:
-    """Block rules of the chosen categories, and every allow rule (empty: all rules).
-
-    Selection happens before matching (at compile time), so a more specific
-    rule of an unselected category cannot shadow a selected one.
-    """
-    if not categories:
-        return list(rules)
-    chosen = set(categories)
-    return [r for r in rules if r.action != "block" or r.category in chosen]
+__all__ = ["compile_lists", "filter_loader", "rules_info"]
 
 
 def compile_lists(
@@ -43,15 +30,15 @@ def compile_lists(
     strict: bool = False,
 ) -> tuple[SnapshotInfo, Filter]:
     """Read the lists and compile the selected rules into a snapshot at ``output``."""
-    source = Filter.from_lists(lists, allow, strict=strict)
-    present = {r.category for r in source.rules}
+    source = Filter.from_lists(lists, allow, strict=strict, categories=categories)
+    present = {r.category for r in source.reports} | set(source.aliases)
     missing = [c for c in categories if c not in present]
     if missing:
         known = ", ".join(sorted(present)) or "none"
         raise ConfigError(
             f"categories not found in the lists: {', '.join(missing)} (the lists have: {known})"
         )
-    rules = select_categories(source.rules, categories)
+    rules = source.rules  # already only the selected categories' block rules
     meta: dict[str, Any] = {
         "lists": [os.path.abspath(p) for p in lists],
         "allow": [os.path.abspath(p) for p in allow],
@@ -86,10 +73,7 @@ def filter_loader(config: GatewayConfig) -> Callable[[], Filter]:
         return load_snapshot
 
     def load_lists() -> Filter:
-        source = Filter.from_lists(config.lists, config.allow)
-        if not config.categories:
-            return source
-        return Filter.from_rules(select_categories(source.rules, config.categories))
+        return Filter.from_lists(config.lists, config.allow, categories=config.categories)
 
     return load_lists
 
