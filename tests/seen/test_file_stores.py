@@ -341,3 +341,15 @@ def test_file_size_limit_is_a_full_store(kind: str, tmp_path: Path) -> None:
     with open_seen(f"{kind}:{path}") as store:
         for i in range(result["added"] // 1000):
             assert all(store.contains_many([f"http://x{i}.example/{j}" for j in range(1000)]))
+
+
+def test_bloom_batch_after_the_last_layer_filled_exactly(tmp_path: Path) -> None:
+    # A batch that arrives when the last layer is exactly full must still be tested
+    # against that layer before a new one is added.
+    batch = [f"http://full.example/{i}" for i in range(10)]
+    with open_seen(f"bloom:{tmp_path}/s.bloom?capacity=10&error=0.01") as store:
+        assert store.add_many(batch) == [True] * 10
+        assert store.add_many(batch) == [False] * 10
+        assert [store.add(u) for u in batch[:3]] == [False] * 3
+        assert len(store) == 10
+        assert store.add_many([*batch, "http://full.example/new"]) == [False] * 10 + [True]

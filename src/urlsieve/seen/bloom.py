@@ -414,7 +414,11 @@ class BloomStore(MappedStore):
                 layer = self._layers[-1]
                 room = layer.capacity - int(self._mv[layer.count_word])
                 if room <= 0:
-                    self._add_layer()
+                    # The full layer was not tested yet: what it holds is not new.
+                    hit = _test(layer, h1[pending], masks.of(layer)[pending])
+                    pending = pending[~hit]
+                    if pending.size:
+                        self._add_layer()
                     continue
                 part, pending = pending[:room], pending[room:]
                 if len(part) == len(h1):  # the whole batch: no copies
