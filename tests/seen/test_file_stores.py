@@ -353,3 +353,37 @@ def test_bloom_batch_after_the_last_layer_filled_exactly(tmp_path: Path) -> None
         assert [store.add(u) for u in batch[:3]] == [False] * 3
         assert len(store) == 10
         assert store.add_many([*batch, "http://full.example/new"]) == [False] * 10 + [True]
+
+
+def test_bloom_opened_while_another_process_adds_a_layer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race: the opener maps the file at its size, then another writer reserves
+    # space and publishes a layer before the opener reads the layer table.
+    spec = f"bloom:{tmp_path}/s.bloom?capacity=10&error=0.01"
+    first = [f"http://race.example/{i}" for i in range(10)]
+    more = [f"http://race.example/more/{i}" for i in range(10)]
+    with open_seen(spec) as store:
+        store.add_many(first)
+    one_layer = (tmp_path / "s.bloom").stat().st_size
+    with open_seen(spec) as store:
+        store.add_many(more)  # grows: a second layer
+    assert (tmp_path / "s.bloom").stat().st_size > one_layer
+
+    real_fstat = os.fstat
+    stale = {"left": 1}
+
+    def fstat(fd: int) -> os.stat_result:
+        result = real_fstat(fd)
+        if stale["left"] and sys._getframe(1).f_code.co_name == "_map":
+            stale["left"] -= 1
+            fields = list(result)
+            fields[6] = one_layer  # st_size as it was before the layer was published
+            return os.stat_result(fields)
+        return result
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    with open_seen(spec) as store:  # no false "truncated" error
+        assert stale["left"] == 0
+        assert all(store.contains_many(first + more))
+        assert store.add_many(more) == [False] * 10

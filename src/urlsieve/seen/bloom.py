@@ -39,6 +39,7 @@ reserved and its descriptor written before the layer count that publishes it.
 from __future__ import annotations
 
 import math
+import os
 import struct
 import zlib
 from collections.abc import Iterable
@@ -294,6 +295,8 @@ class BloomStore(MappedStore):
                     "restore it from a backup or delete it to start afresh"
                 )
             end = offset + blocks * BLOCK_BITS // 8
+            if end > size and index and os.fstat(self._fd).st_size >= end:
+                break  # another process is publishing this layer: _refresh maps it
             if end > size:
                 raise StoreCorrupt(
                     f"{self._path}: truncated ({size:,} bytes, layer {index} ends at {end:,}); "
