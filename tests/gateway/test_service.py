@@ -118,6 +118,19 @@ def test_explain(client: TestClient) -> None:
         ("post", "/v1/check", {"json": ["http://a.com/"]}, (422, "invalid_body")),
         ("post", "/v1/check", {"json": {"urls": "http://a.com/"}}, (422, "invalid_body")),
         ("post", "/v1/check", {"json": {"urls": [1, 2]}}, (422, "invalid_body")),
+        # A JSON escape of a lone surrogate: valid JSON, not encodable text.
+        (
+            "post",
+            "/v1/check",
+            {"content": rb'{"urls": ["http://a.com/\udc80"]}'},
+            (422, "invalid_body"),
+        ),
+        (
+            "post",
+            "/v1/seen",
+            {"content": rb'{"urls": ["http://a.com/\udc80"]}'},
+            (422, "invalid_body"),
+        ),
         (
             "post",
             "/v1/check",

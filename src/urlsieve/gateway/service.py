@@ -148,6 +148,14 @@ def _url_list(data: dict[str, Any]) -> list[str]:
         raise ApiError(422, "invalid_body", 'expected {"urls": ["http://…", …]}')
     if len(urls) > MAX_BATCH:
         raise ApiError(413, "batch_too_large", f"{len(urls)} URLs: at most {MAX_BATCH} per batch")
+    for index, url in enumerate(urls):
+        if not url.isascii():
+            try:
+                url.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate from a JSON \udcXX escape
+                raise ApiError(
+                    422, "invalid_body", f"urls[{index}] is not valid Unicode (lone surrogate)"
+                ) from None
     return urls
 
 
