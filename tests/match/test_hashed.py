@@ -45,3 +45,22 @@ def test_rules_added_after_a_lookup_are_seen() -> None:
     assert m.check("http://c.b.a.example/").action == "block"
     m.add(parse_rule("b.a.example", "allow"))
     assert m.check("http://c.b.a.example/").action == "allow"
+
+
+def test_a_replacing_rule_reports_its_own_spelling() -> None:
+    from urlsieve.rules import ALLOW, BLOCK
+    from urlsieve.rules.model import parse_rule
+
+    matcher = HashMatcher(
+        [
+            parse_rule("WWW.X.com", BLOCK, "ads", "a.txt", 1),
+            parse_rule("www.x.com", ALLOW, "ok", "b.txt", 7),  # same key: allow wins
+        ]
+    )
+    verdict = matcher.check("http://www.x.com/")
+    assert (verdict.action, verdict.rule.pattern, verdict.rule.source, verdict.rule.line) == (
+        "allow",
+        "www.x.com",
+        "b.txt",
+        7,
+    )

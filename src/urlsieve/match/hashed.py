@@ -204,6 +204,8 @@ class HashMatcher:
             line = 0
         if rule.pattern != rule.host:
             self._patterns[rule.host] = rule.pattern
+        else:  # a rule replacing another must not keep the other's spelling
+            self._patterns.pop(rule.host, None)
         return at << _LINE_BITS | line
 
     def _unpack(self, host: str, code: int) -> Rule:
