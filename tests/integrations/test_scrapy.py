@@ -156,3 +156,22 @@ def test_dupefilter_keys_posts_by_body_and_never_filters_uncanonical_urls() -> N
     assert df.request_seen(Request("data:text/plain,x")) is False
     assert df.stats()["count"] == 3
     df.close("finished")
+
+
+def test_close_flushes_the_store_before_closing_it() -> None:
+    from urlsieve.seen import MemoryStore
+
+    calls: list[str] = []
+
+    class Recording(MemoryStore):
+        def flush(self) -> None:
+            calls.append("flush")
+
+        def close(self) -> None:
+            calls.append("close")
+            super().close()
+
+    dupefilter = UrlsieveDupeFilter(Recording(), flush_every=10_000)
+    assert not dupefilter.request_seen(Request("http://a.example/"))
+    dupefilter.close("finished")
+    assert calls == ["flush", "close"]

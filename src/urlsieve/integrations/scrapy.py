@@ -173,6 +173,7 @@ class UrlsieveDupeFilter(BaseDupeFilter):
         return not new
 
     def close(self, reason: str) -> None:
+        self.store.flush()  # close() alone does not make the last adds durable
         stats = self.store.stats()
         if self.crawler is not None and self.crawler.stats is not None:
             self.crawler.stats.set_value("urlsieve/seen_count", stats.count)
