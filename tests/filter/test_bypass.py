@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from urlsieve import Filter
@@ -146,3 +148,26 @@ def test_evasion_is_blocked(flt: Filter, url: str) -> None:
 def test_near_miss_is_not_blocked(flt: Filter, url: str) -> None:
     verdict = flt.check(url)
     assert verdict.action == "none", (url, verdict.canonical, verdict.rule)
+
+
+def test_path_case_is_no_way_around_a_rule(tmp_path: Path) -> None:
+    # Adblock filters are case-insensitive (URLhaus lower-cases its paths for that
+    # reason); squidGuard lists the same way. Checked on the production matcher
+    # and on a compiled snapshot.
+    lists = tmp_path / "urlhaus.txt"
+    lists.write_text("! Title: sample\n||0x0.st/8ics.py^\n||mal.example/Drop/^\n")
+    from urlsieve.match.snapshot import compile_snapshot
+
+    flt = Filter.from_lists([lists])
+    snap = tmp_path / "rules.snap"
+    compile_snapshot(flt.rules, snap)
+    for engine in (flt, Filter.load(snap)):
+        for url in (
+            "http://0x0.st/8ics.py",
+            "http://0x0.st/8ICS.py",
+            "http://0x0.st/8Ics.PY",
+            "http://mal.example/drop/x",
+            "http://mal.example/DROP/x",
+        ):
+            assert engine.check(url).action == "block", url
+        assert engine.check("http://0x0.st/8ics.pyc").action == "none"

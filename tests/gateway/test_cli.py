@@ -8,7 +8,7 @@ import pytest
 
 from urlsieve import Filter
 from urlsieve.cli import main
-from urlsieve.match.snapshot import read_snapshot_info
+from urlsieve.match.snapshot import FORMAT_VERSION, read_snapshot_info
 
 SAMPLE = Path(__file__).resolve().parents[2] / "src" / "urlsieve" / "data" / "sample-lists"
 TOKEN = "0123456789abcdef-token"
@@ -18,7 +18,7 @@ def test_compile_lists_to_a_snapshot(tmp_path: Path, capsys: pytest.CaptureFixtu
     out = tmp_path / "rules.snap"
     assert main(["compile", "--lists", str(SAMPLE), "-o", str(out)]) == 0
     err = capsys.readouterr().err
-    assert f"{out}:" in err and "rules" in err and "format 1" in err
+    assert f"{out}:" in err and "rules" in err and f"format {FORMAT_VERSION}" in err
     loaded = Filter.load(out)
     reference = Filter.from_lists([SAMPLE])
     assert len(loaded) == len(reference)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,9 +129,15 @@ def test_blocked_url_gets_the_block_redirect(gateway: Gateway) -> None:
 def test_blocked_url_is_denied_by_the_external_acl_with_its_category(gateway: Gateway) -> None:
     assert_denied(gateway, "http://evil.test/acl-check")
     assert_denied(gateway, gateway.url("/banners/acl.gif"))
+    wanted = ("/acl-check 403 tag=malware", "/banners/acl.gif 403 tag=ads")
+    # Squid buffers its access log: wait (boundedly) for the lines to be written.
+    deadline = time.monotonic() + 15
     log = gateway.squid.access_log()
-    assert any("/acl-check 403 tag=malware" in line for line in log.splitlines()), log[-2000:]
-    assert any("/banners/acl.gif 403 tag=ads" in line for line in log.splitlines())
+    while not all(w in log for w in wanted) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        log = gateway.squid.access_log()
+    for w in wanted:
+        assert any(w in line for line in log.splitlines()), (w, log[-2000:])
 
 
 EVASIONS = [

@@ -26,6 +26,7 @@ PATTERNS = [
     ("deep.example/a/b/c/d", BLOCK),
     ("=exact.example", BLOCK),
     ("anchor.example/x|", BLOCK),
+    ("upper.example/Private/", BLOCK),  # paths match without regard to case
 ]
 RULES = [parse_rule(p, a, "cat", "contract.txt", i) for i, (p, a) in enumerate(PATTERNS, 1)]
 
@@ -58,6 +59,11 @@ CASES = [
     Case("http://167838211/", "block", "none", "no IPv4 normalisation"),
     Case("http://shop.example/p?id=1", "block"),
     Case("http://shop.example/p?id=2", "none"),
+    Case("http://example.com/ADS/x", "block", "none", "no canonicalisation (case)"),
+    Case("http://shop.example/P?ID=1", "block", "none", "no canonicalisation (case)"),
+    Case("http://upper.example/private/x", "block"),
+    Case("http://upper.example/PRIVATE/x", "block", "none", "no canonicalisation (case)"),
+    Case("http://upper.example/privately", "none"),
     Case("http://deep.example/a/b/c/d/e", "block", "none", "never hashes past 3 separators"),
     Case("http://deep.example/a/b/c/e", "none"),
     Case("http://exact.example/x", "block"),

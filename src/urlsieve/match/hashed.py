@@ -317,8 +317,8 @@ class HashMatcher:
                 self._cache[host] = chain
         else:
             chain = self._chain(host, url.is_ip, trace)
-        path = url.path
-        query = url.query
+        path = url.path.lower()  # rule paths are lower-case: matching ignores case
+        query = None if url.query is None else url.query.lower()
         for name, table in chain:
             if isinstance(table, int):  # a host-wide rule: nothing more specific here
                 if trace is not None:

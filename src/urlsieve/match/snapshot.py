@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 MAGIC = b"URLSNAP\x00"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: rule paths and queries are stored lower-case
 
 # magic, version, header size, file size, body checksum, created, rules,
 # host slots, expr slots, postings count, offsets: hosts, exprs, postings, rules,
@@ -521,7 +521,8 @@ class SnapshotMatcher:
 
     def _best(self, url: URL, probes: list[str] | None) -> Rule | None:
         host_depths = self._host_depths
-        path = url.path
+        path = url.path.lower()  # rule paths are lower-case: matching ignores case
+        query = None if url.query is None else url.query.lower()
         # (expression suffix, depth bit, is the exact path, is the path+query)
         candidates: list[tuple[str, int, bool]] | None = None
         for level, host in enumerate(_suffixes(url)):
@@ -535,8 +536,8 @@ class SnapshotMatcher:
                 continue
             if candidates is None:
                 candidates = []
-                if url.query is not None:
-                    candidates.append((f"{path}?{url.query}", _QUERY_BIT, True))
+                if query is not None:
+                    candidates.append((f"{path}?{query}", _QUERY_BIT, True))
                 candidates.append((path, 1 << _depth(path), True))
                 cut = path.rfind("/", 0, len(path) - 1)
                 while cut >= 0:

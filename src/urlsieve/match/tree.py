@@ -130,7 +130,8 @@ class DecompositionTree:
 
     def _decide(self, url: URL) -> Rule | None:
         labels = _labels(url.host, url.is_ip)
-        segments = url.path[1:].split("/")
+        segments = url.path.lower()[1:].split("/")  # rule paths are lower-case
+        query = None if url.query is None else url.query.lower()
         best: Rule | None = None
         node = self._root
         last = len(labels) - 1
@@ -140,9 +141,9 @@ class DecompositionTree:
                 break
             node = child
             if node.sub is not None:
-                best = node.sub.best(segments, url.query, best)
+                best = node.sub.best(segments, query, best)
             if i == last and node.exact is not None:
-                best = node.exact.best(segments, url.query, best)
+                best = node.exact.best(segments, query, best)
         return best
 
     def check(self, url: str | URL) -> Verdict:

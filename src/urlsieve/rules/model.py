@@ -200,8 +200,10 @@ def parse_rule(
         action=action,
         category=category,
         host=url.host,
-        path=url.path,
-        query=url.query,
+        # Paths and queries match without regard to case, as in Adblock filters and
+        # squidGuard: /Ads/ and /ads/ are one rule (the pattern keeps its spelling).
+        path=url.path.lower(),
+        query=None if url.query is None else url.query.lower(),
         exact_host=exact_host,
         anchored=anchored,
         is_ip=url.is_ip or url.host.startswith("["),
