@@ -16,7 +16,29 @@ SCHEMES = frozenset({"http", "https", "ftp", "ws", "wss"})
 
 _C0_AND_SPACE = "".join(map(chr, range(0x21)))
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
-_PORT_THEN_END = re.compile(r"[0-9]*(?:[/\\?#]|\Z)")
+# "host:8080/..." without a scheme: a port has at least one digit.
+_PORT_THEN_END = re.compile(r"[0-9]+(?:[/\\?#]|\Z)")
+# Schemes that never name a host, so "javascript:1" is never read as host "javascript".
+_NOT_HOSTS = frozenset(
+    {
+        "about",
+        "blob",
+        "chrome",
+        "data",
+        "file",
+        "filesystem",
+        "intent",
+        "javascript",
+        "mailto",
+        "market",
+        "news",
+        "sms",
+        "tel",
+        "urn",
+        "vbscript",
+        "view-source",
+    }
+)
 _LEADING_SLASHES = re.compile(r"[/\\]{0,2}")
 _AUTHORITY_END = re.compile(r"[/\\?]")
 _PORT = re.compile(r"[0-9]+")
@@ -51,7 +73,7 @@ def _split(url: str) -> tuple[str, str | None, str, str, str | None]:
         after = s[match.end() :]
         if candidate in SCHEMES:
             scheme, rest = candidate, after
-        elif after.startswith("//") or not _PORT_THEN_END.match(after):
+        elif candidate in _NOT_HOSTS or after.startswith("//") or not _PORT_THEN_END.match(after):
             raise InvalidURL(
                 f"unsupported scheme {candidate!r} (only http, https, ftp, ws and wss have a host)",
                 url,
