@@ -97,14 +97,18 @@ def test_filter_stream(
     status = run(monkeypatch, ["filter", "--lists", bad], stdin)
     out, err = capsys.readouterr()
     assert status == 1
+    # One output line per input line, so the output can be pasted beside the input.
     assert out.splitlines() == [
         f"block\tbad\t{bad}:1\thttp://evil.com/x",
+        "invalid\t-\t-\tjavascript:alert(1)",
         f"allow\tbad\t{bad}:2\thttp://evil.com/public/",
+        "invalid\t-\t-\t",
         "none\t-\t-\ta.org",
     ]
     assert "line 2: unsupported scheme" in err
-    assert "line 4: empty URL" in err
-    assert "2 input line(s) rejected" in err
+    assert "line 4" not in err  # a blank line is not worth a report
+    assert "1 input line(s) rejected" in err
+    assert run(monkeypatch, ["filter", "--lists", bad], "a.org\n\n") == 0
 
 
 def test_filter_only_and_jsonl(
@@ -121,6 +125,10 @@ def test_filter_only_and_jsonl(
         ("a.org", "none"),
         ("evil.com/public/", "allow"),
     ]
+    argv = ["filter", "--lists", bad, "--only", "invalid", "--format", "jsonl"]
+    assert run(monkeypatch, argv, "evil.com\nmailto:x\n") == 1
+    (record,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert record["action"] == "invalid" and "unsupported scheme" in record["error"]
 
 
 def test_filter_console_script_streams_binary_safely(lists: Path) -> None:

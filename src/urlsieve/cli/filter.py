@@ -25,15 +25,17 @@ def register(sub: Any) -> None:
         description=(
             "Read one URL per line on standard input and write one line per URL: "
             "'action<TAB>category-or-dash<TAB>rule-source-or-dash<TAB>input-url' "
-            "(or JSON lines). A line that is not a URL is reported on stderr as "
-            "'line N: reason' and the stream goes on; the exit status is then 1."
+            "(or JSON lines), so the output lines up with the input. A line that is not "
+            "a URL gets the action 'invalid' and is reported on stderr as 'line N: reason'; "
+            "the stream goes on and the exit status is then 1 (blank lines are 'invalid' "
+            "too, but not reported). Exit status 2: the lists could not be loaded."
         ),
     )
     add_list_arguments(p)
     p.add_argument("--format", choices=("text", "jsonl"), default="text")
     p.add_argument(
         "--only",
-        choices=("block", "allow", "none"),
+        choices=("block", "allow", "none", "invalid"),
         action="append",
         help="write only these verdicts (repeatable)",
     )
@@ -68,8 +70,15 @@ def run(args: argparse.Namespace) -> int:
             try:
                 url = parse_url(text)
             except InvalidURL as exc:
-                rejected += 1
-                print(f"line {number}: {exc.reason}: {text!r}", file=sys.stderr)
+                if text.strip():
+                    rejected += 1
+                    print(f"line {number}: {exc.reason}: {text!r}", file=sys.stderr)
+                if only is None or "invalid" in only:
+                    if jsonl:
+                        record = {"url": text, "action": "invalid", "error": exc.reason}
+                        out.append(json.dumps(record) + "\n")
+                    else:
+                        out.append(f"invalid\t-\t-\t{text}\n")
                 continue
             rule: Rule | None = match(url)
             if only is not None and (rule.action if rule is not None else "none") not in only:
