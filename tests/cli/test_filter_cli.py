@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,3 +162,30 @@ def test_progress_bar_on_a_terminal_for_large_lists(
     err = capsys.readouterr().err
     assert "loading lists [" in err
     assert err.endswith("\r")  # the bar is cleared before output
+
+
+def test_unreadable_list_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("evil.com\n")
+    real_open, real_read = Path.open, Path.read_text
+
+    def refuse(path: Path) -> None:
+        if path == secret:
+            raise PermissionError(13, "Permission denied", str(path))
+
+    def open_(self: Path, *args: Any, **kwargs: Any) -> Any:
+        refuse(self)
+        return real_open(self, *args, **kwargs)
+
+    def read_text(self: Path, *args: Any, **kwargs: Any) -> str:
+        refuse(self)
+        return real_read(self, *args, **kwargs)
+
+    # Root reads any file whatever its mode, so the refusal is made here.
+    monkeypatch.setattr(Path, "open", open_)
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert run(monkeypatch, ["check", "--lists", str(secret), "--", "evil.com"]) == 2
+    err = capsys.readouterr().err
+    assert f"{secret}: cannot read (Permission denied)" in err

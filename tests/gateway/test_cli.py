@@ -127,3 +127,14 @@ def test_config_check_notices_a_snapshot_for_other_categories(
     assert main(["compile", "--lists", str(SAMPLE), "-o", str(tmp_path / "rules.snap")]) == 0
     assert main(["config", "check", str(path)]) == 2
     assert "compiled for other categories" in capsys.readouterr().err
+
+
+def test_compile_to_an_unwritable_place_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lists = tmp_path / "l.txt"
+    lists.write_text("evil.com\n")
+    for target in (tmp_path, tmp_path / "no" / "such" / "dir" / "r.snap"):
+        assert main(["compile", "--lists", str(lists), "-o", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert "cannot write" in err and "Traceback" not in err

@@ -283,7 +283,10 @@ def compile_snapshot(
     header += b"\0" * (_HEADER_SIZE - len(header))
 
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise SnapshotError(str(target), f"cannot write here: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(header)
@@ -292,6 +295,9 @@ def compile_snapshot(
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise SnapshotError(str(target), f"cannot write: {exc.strerror or exc}") from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

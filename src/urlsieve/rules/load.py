@@ -252,12 +252,16 @@ def load_lists(
     )
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
-            loader.tree(path)
-        elif path.is_file():
-            loader.file(path)
-        else:
-            raise RuleSyntaxError("no such list file or directory", str(path))
+        try:
+            if path.is_dir():
+                loader.tree(path)
+            elif path.is_file():
+                loader.file(path)
+            else:
+                raise RuleSyntaxError("no such list file or directory", str(path))
+        except OSError as exc:  # unreadable file or directory (e.g. Squid's 'proxy' user)
+            where = str(exc.filename) if exc.filename else str(path)
+            raise RuleSyntaxError(f"cannot read ({exc.strerror or exc})", where) from exc
     return loader.result
 
 
