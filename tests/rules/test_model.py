@@ -51,6 +51,9 @@ def test_unicode_and_punycode_spellings_are_one_rule() -> None:
         ("http:///path", "empty host"),
         ("exa%20mple.com", "forbidden character"),
         ("1.2.3.4.5", "more than four parts"),
+        ("ads.*.example.com", "'*' wildcard in a host"),
+        ("*tracker.com", "'*' wildcard in a host"),
+        ("=*.example.com", "'*' wildcard in a host"),
     ],
 )
 def test_bad_patterns_say_what_and_where(pattern: str, reason: str) -> None:
@@ -81,3 +84,14 @@ def test_covers_host_on_label_boundaries() -> None:
     assert rule.covers_host("a.b.example.com")
     assert not rule.covers_host("badexample.com")
     assert not parse_rule("=example.com").covers_host("www.example.com")
+
+
+def test_star_dot_domain_is_the_domain_rule() -> None:
+    rule = parse_rule("*.wild.example", BLOCK, "cat", "l.txt", 2)
+    assert (rule.host, rule.path, rule.exact_host, rule.pattern) == (
+        "wild.example",
+        "/",
+        False,
+        "*.wild.example",
+    )
+    assert parse_rule("*.wild.example/ads/").path == "/ads/"

@@ -177,8 +177,14 @@ def parse_rule(
     anchored = text.endswith("|")
     if anchored:
         text = text[:-1]
+    if text.startswith("*.") and not exact_host:
+        text = text[2:]  # "*.example.com": a domain rule already covers every subdomain
     if not text:
         raise bad("empty host")
+    if "*" in text.split("/", 1)[0]:
+        raise bad(
+            "a '*' wildcard in a host is not supported (write the domain: it covers subdomains)"
+        )
     if _CANONICAL_HOST.fullmatch(text) is not None:
         # A bare canonical host name (most lines of a domains list): nothing to canonicalise.
         if "." not in text and is_public_suffix(text):
