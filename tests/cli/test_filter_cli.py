@@ -189,3 +189,27 @@ def test_unreadable_list_is_a_clear_error(
     assert run(monkeypatch, ["check", "--lists", str(secret), "--", "evil.com"]) == 2
     err = capsys.readouterr().err
     assert f"{secret}: cannot read (Permission denied)" in err
+
+
+def test_a_compiled_snapshot_can_be_given_as_the_lists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lists = tmp_path / "l.txt"
+    lists.write_text("evil.com\n")
+    snap = tmp_path / "rules.snap"
+    assert run(monkeypatch, ["compile", "--lists", str(lists), "-o", str(snap)]) == 0
+    capsys.readouterr()
+    assert run(monkeypatch, ["check", "--lists", str(snap), "--", "www.evil.com/x"]) == 3
+    out, err = capsys.readouterr()
+    assert out.startswith("block\t") and err == ""
+    assert run(monkeypatch, ["check", "--lists", str(snap), str(lists), "--", "a.com"]) == 2
+    assert "is a compiled snapshot" in capsys.readouterr().err
+
+
+def test_lists_without_rules_are_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run(monkeypatch, ["check", "--lists", str(empty), "--", "a.com"]) == 0
+    assert "the lists gave no rules" in capsys.readouterr().err

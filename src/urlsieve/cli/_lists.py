@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -100,10 +101,32 @@ def take_urls(args: argparse.Namespace) -> list[str]:
     return moved + list(args.urls)
 
 
+def _is_snapshot(path: str) -> bool:
+    from urlsieve.match.snapshot import MAGIC
+
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
 def load_filter(args: argparse.Namespace) -> Filter:
-    """Build the filter from ``--lists``/``--allow``; report bad lines on stderr."""
+    """Build the filter from ``--lists``/``--allow``; report bad lines on stderr.
+
+    A compiled snapshot (``urlsieve compile``) given as the only ``--lists``
+    path is opened memory-mapped instead of read as a text list.
+    """
     if not args.lists and not args.allow:
         raise ConfigError("no rules: give --lists PATH... (block) and/or --allow PATH...")
+    snapshots = [p for p in [*args.lists, *args.allow] if os.path.isfile(p) and _is_snapshot(p)]
+    if snapshots:
+        if snapshots == list(args.lists) and len(args.lists) == 1 and not args.allow:
+            return Filter.load(args.lists[0])
+        raise ConfigError(
+            f"{snapshots[0]} is a compiled snapshot, a whole rule set: give it alone as "
+            "--lists FILE, or compile the other lists into it with `urlsieve compile`"
+        )
     files = list_files([*args.lists, *args.allow])
     total = sum(f.stat().st_size for f in files)
     bar = _Bar(total) if total >= PROGRESS_BYTES and sys.stderr.isatty() else None
@@ -122,6 +145,11 @@ def load_filter(args: argparse.Namespace) -> Filter:
         print(
             f"urlsieve: ... {len(warnings) - len(shown)} more bad list lines skipped "
             "(--all-warnings shows them)",
+            file=sys.stderr,
+        )
+    if not len(flt):
+        print(
+            "urlsieve: warning: the lists gave no rules (check the paths and their format)",
             file=sys.stderr,
         )
     return flt
