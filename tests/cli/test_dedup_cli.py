@@ -103,3 +103,19 @@ def test_console_script_streams(tmp_path: Path) -> None:
         check=True,
     )
     assert len(done.stdout.splitlines()) == len(set(urls.splitlines())) == 91
+
+
+def test_readonly_store_is_looked_up_without_adding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = f"exact:{tmp_path}/seen.exact"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("http://a.example/\n"))
+    assert main(["dedup", "--store", spec]) == 0
+    capsys.readouterr()
+    urls = "http://A.example/\nhttp://b.example/\n"
+    for _ in range(2):  # nothing is added: the second run answers the same
+        monkeypatch.setattr(sys, "stdin", io.StringIO(urls))
+        assert main(["dedup", "--store", spec + "?readonly=1"]) == 0
+        out, err = capsys.readouterr()
+        assert out == "http://b.example/\n"
+        assert "1 new, 1 seen" in err and "read-only: nothing added" in err

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from urlsieve.cli._io import input_lines
 from urlsieve.exceptions import InvalidURL
-from urlsieve.seen import SeenStore, open_seen
+from urlsieve.seen import SeenStore, open_seen, parse_spec
 from urlsieve.seen.base import PROFILES
 
 MARKERS = {True: "new", False: "seen"}
@@ -81,16 +81,27 @@ def _batches(items: Iterator[tuple[int, str]], size: int) -> Iterator[list[tuple
         yield batch
 
 
-def _add(store: SeenStore, batch: list[tuple[int, str]]) -> list[bool | InvalidURL]:
-    """Flags for a batch; a batch with bad URLs is redone one URL at a time."""
+def _add(
+    store: SeenStore, batch: list[tuple[int, str]], *, lookup: bool = False
+) -> list[bool | InvalidURL]:
+    """Flags for a batch (True: new); a batch with bad URLs is redone one URL at a time.
+
+    With ``lookup`` nothing is added: True means "not in the store".
+    """
+
+    def many(urls: list[str]) -> list[bool]:
+        if lookup:
+            return [not seen for seen in store.contains_many(urls)]
+        return list(store.add_many(urls))
+
     try:
-        return list(store.add_many([text for _, text in batch]))
+        return list[bool | InvalidURL](many([text for _, text in batch]))
     except InvalidURL:
         pass
     flags: list[bool | InvalidURL] = []
     for _, text in batch:
         try:
-            flags.append(store.add(text))
+            flags.append(many([text])[0])
         except InvalidURL as exc:
             flags.append(exc)
     return flags
@@ -106,9 +117,16 @@ def run(args: argparse.Namespace) -> int:
     )
     write = sys.stdout.write
     read = new = rejected = 0
+    readonly = parse_spec(args.store).params.get("readonly", "").lower() in (
+        "1",
+        "true",
+        "yes",
+        "on",
+    )
     with open_seen(args.store, profile=profile) as store:
         for batch in _batches(input_lines(args.urls), args.batch):
-            for (number, text), flag in zip(batch, _add(store, batch), strict=True):
+            flags = _add(store, batch, lookup=readonly)
+            for (number, text), flag in zip(batch, flags, strict=True):
                 read += 1
                 if isinstance(flag, InvalidURL):
                     rejected += 1
@@ -126,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         stats = store.stats()
     print(
         f"urlsieve dedup: {read:,} read, {new:,} new, {read - new - rejected:,} seen, "
-        f"{rejected:,} rejected",
+        f"{rejected:,} rejected" + (" (read-only: nothing added)" if readonly else ""),
         file=sys.stderr,
     )
     for key, value in stats.as_dict().items():
