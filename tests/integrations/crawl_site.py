@@ -6,6 +6,7 @@ Usage: python crawl_site.py START_URL JOBDIR [STORE_SPEC]; prints the crawl stat
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -44,6 +45,10 @@ def main(argv: list[str]) -> int:
     }
     if len(argv) > 2:
         settings["URLSIEVE_SEEN_STORE"] = argv[2]
+    if os.environ.get("CRAWL_RULES"):  # the filter middleware, on these rules
+        middleware = "urlsieve.integrations.scrapy.UrlsieveFilterMiddleware"
+        settings["DOWNLOADER_MIDDLEWARES"] = {middleware: 50}
+        settings["URLSIEVE_RULES"] = os.environ["CRAWL_RULES"]
     process = CrawlerProcess(settings=settings)
     crawler = process.create_crawler(SiteSpider)
     process.crawl(crawler, start_url=start_url)

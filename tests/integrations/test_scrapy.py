@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -15,7 +16,7 @@ import pytest
 from scrapy import Request
 from scrapy.settings import Settings
 
-from urlsieve import ConfigError
+from urlsieve import ConfigError, Filter
 from urlsieve.integrations.scrapy import UrlsieveDupeFilter, UrlsieveFingerprinter, store_spec
 from urlsieve.seen import BACKENDS, open_seen
 from urlsieve.url import FILTER
@@ -76,11 +77,16 @@ def site(tmp_path: Path) -> Iterator[_Site]:
     thread.join()
 
 
-def crawl(server: _Site, jobdir: Path, spec: str | None) -> dict[str, Any]:
+def crawl(
+    server: _Site, jobdir: Path, spec: str | None, rules: Path | None = None
+) -> dict[str, Any]:
     url = f"http://127.0.0.1:{server.server_address[1]}/"
     args = [sys.executable, "-W", "error::DeprecationWarning", str(CRAWL), url, str(jobdir)]
     args += [spec] if spec else []
-    proc = subprocess.run(args, check=False, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    env = {**os.environ, "CRAWL_RULES": str(rules)} if rules else None
+    proc = subprocess.run(
+        args, check=False, capture_output=True, text=True, cwd=ROOT, timeout=120, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     stats: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -175,3 +181,38 @@ def test_close_flushes_the_store_before_closing_it() -> None:
     assert not dupefilter.request_seen(Request("http://a.example/"))
     dupefilter.close("finished")
     assert calls == ["flush", "close"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compiled", [False, True], ids=["lists", "snapshot"])
+def test_real_crawl_skips_blocked_pages(site: _Site, tmp_path: Path, compiled: bool) -> None:
+    from urlsieve.match.snapshot import compile_snapshot
+
+    lists = tmp_path / "rules.txt"
+    # b.html in any spelling, and a whole category of paths the site does not have
+    lists.write_text("127.0.0.1/b.html|\n127.0.0.1/private/\n")
+    rules = lists
+    if compiled:
+        rules = tmp_path / "rules.snap"
+        compile_snapshot(Filter.from_lists([lists]).rules, rules)
+    stats = crawl(site, tmp_path / "job", None, rules=rules)
+    fetched = {page(p) for p in site.requests}
+    assert fetched == DISTINCT - {"/b.html"}, site.requests
+    assert stats["urlsieve/blocked"] >= 1
+    assert stats["urlsieve/blocked/rules"] == stats["urlsieve/blocked"]
+
+
+def test_middleware_drops_invalid_urls_only_when_asked() -> None:
+    from scrapy.exceptions import IgnoreRequest
+
+    from urlsieve.integrations.scrapy import UrlsieveFilterMiddleware
+
+    rules = Filter.from_rules(["evil.example"])
+    keep = UrlsieveFilterMiddleware(rules)
+    assert keep.process_request(Request("http://good.example/")) is None
+    assert keep.process_request(Request("data:text/plain,x")) is None
+    with pytest.raises(IgnoreRequest, match=r"blocked by 'evil\.example'"):
+        keep.process_request(Request("http://WWW.Evil.Example:80/x"))
+    drop = UrlsieveFilterMiddleware(rules, drop_invalid=True)
+    with pytest.raises(IgnoreRequest, match="cannot check"):
+        drop.process_request(Request("data:text/plain,x"))

@@ -101,16 +101,6 @@ def take_urls(args: argparse.Namespace) -> list[str]:
     return moved + list(args.urls)
 
 
-def _is_snapshot(path: str) -> bool:
-    from urlsieve.match.snapshot import MAGIC
-
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(len(MAGIC)) == MAGIC
-    except OSError:
-        return False
-
-
 def load_filter(args: argparse.Namespace) -> Filter:
     """Build the filter from ``--lists``/``--allow``; report bad lines on stderr.
 
@@ -119,7 +109,9 @@ def load_filter(args: argparse.Namespace) -> Filter:
     """
     if not args.lists and not args.allow:
         raise ConfigError("no rules: give --lists PATH... (block) and/or --allow PATH...")
-    snapshots = [p for p in [*args.lists, *args.allow] if os.path.isfile(p) and _is_snapshot(p)]
+    from urlsieve.match.snapshot import is_snapshot
+
+    snapshots = [p for p in [*args.lists, *args.allow] if os.path.isfile(p) and is_snapshot(p)]
     if snapshots:
         if snapshots == list(args.lists) and len(args.lists) == 1 and not args.allow:
             return Filter.load(args.lists[0])

@@ -1,4 +1,5 @@
-"""Scrapy integration: a duplicate filter on any seen store, and a request fingerprinter.
+"""Scrapy integration: a duplicate filter on any seen store, a request fingerprinter,
+and a downloader middleware that drops requests a urlsieve filter blocks.
 
 Settings (``settings.py`` of a Scrapy project)::
 
@@ -27,6 +28,15 @@ with a body, are keyed on the URL plus the method and a hash of the body
 requests. A URL urlsieve cannot canonicalise (``data:``, ``about:``) is
 never filtered.
 
+The middleware checks each request against a rule set before it is
+downloaded and drops blocked ones (``IgnoreRequest``, counted in the stats as
+``urlsieve/blocked`` and ``urlsieve/blocked/<category>``)::
+
+    DOWNLOADER_MIDDLEWARES = {"urlsieve.integrations.scrapy.UrlsieveFilterMiddleware": 50}
+    URLSIEVE_RULES = "/etc/urlsieve/rules.snap"   # a compiled snapshot, or list files/trees
+    URLSIEVE_ALLOW_LISTS = []                     # allow lists (with list files only)
+    URLSIEVE_DROP_INVALID = False                 # drop URLs urlsieve cannot canonicalise
+
 The fingerprinter gives Scrapy (its HTTP cache, its own filters) the same
 notion of "same request": the 128-bit urlsieve fingerprint of the canonical
 URL, mixed with the method and body for requests other than a plain GET.
@@ -52,7 +62,9 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
     from scrapy.spiders import Spider
 
-__all__ = ["UrlsieveDupeFilter", "UrlsieveFingerprinter", "store_spec"]
+    from urlsieve.filter import Filter
+
+__all__ = ["UrlsieveDupeFilter", "UrlsieveFilterMiddleware", "UrlsieveFingerprinter", "store_spec"]
 
 logger = logging.getLogger(__name__)
 
@@ -211,3 +223,57 @@ class UrlsieveDupeFilter(BaseDupeFilter):
     def stats(self) -> dict[str, Any]:
         """The store's statistics, as a dict."""
         return self.store.stats().as_dict()
+
+
+class UrlsieveFilterMiddleware:
+    """``DOWNLOADER_MIDDLEWARES`` entry: drop requests a urlsieve filter blocks."""
+
+    def __init__(
+        self, rules: Filter, *, crawler: Crawler | None = None, drop_invalid: bool = False
+    ) -> None:
+        self.rules = rules
+        self.crawler = crawler
+        self.drop_invalid = drop_invalid
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        from scrapy.exceptions import NotConfigured
+
+        from urlsieve.filter import Filter
+        from urlsieve.match.snapshot import is_snapshot
+
+        settings = crawler.settings
+        paths = settings.getlist("URLSIEVE_RULES")
+        allow = settings.getlist("URLSIEVE_ALLOW_LISTS")
+        if not paths:
+            raise NotConfigured("set URLSIEVE_RULES to a compiled snapshot or to list paths")
+        if len(paths) == 1 and not allow and is_snapshot(paths[0]):
+            rules = Filter.load(paths[0])
+        else:
+            rules = Filter.from_lists(paths, allow)
+            for warning in rules.warnings[:20]:
+                logger.warning("urlsieve: %s", warning)
+        logger.info("urlsieve filter middleware: %d rules from %s", len(rules), ", ".join(paths))
+        return cls(rules, crawler=crawler, drop_invalid=settings.getbool("URLSIEVE_DROP_INVALID"))
+
+    def _inc(self, key: str) -> None:
+        if self.crawler is not None and self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key)
+
+    def process_request(self, request: Request, spider: Spider | None = None) -> None:
+        from scrapy.exceptions import IgnoreRequest
+
+        try:
+            verdict = self.rules.check(request.url)
+        except InvalidURL as exc:
+            if self.drop_invalid:
+                self._inc("urlsieve/invalid")
+                raise IgnoreRequest(f"urlsieve cannot check {request.url}: {exc.reason}") from None
+            return
+        rule = verdict.rule
+        if verdict.action != "block" or rule is None:
+            return
+        self._inc("urlsieve/blocked")
+        self._inc(f"urlsieve/blocked/{rule.category}")
+        logger.debug("urlsieve blocked %s by %r (%s)", request.url, rule.pattern, rule.where)
+        raise IgnoreRequest(f"blocked by {rule.pattern!r} ({rule.where}, {rule.category})")

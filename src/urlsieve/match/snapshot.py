@@ -63,6 +63,7 @@ __all__ = [
     "SnapshotInfo",
     "SnapshotMatcher",
     "compile_snapshot",
+    "is_snapshot",
     "open_snapshot",
     "read_snapshot_info",
 ]
@@ -617,6 +618,15 @@ class SnapshotMatcher:
         probes: list[str] = []
         rule = self._best(parts, probes)
         return Explanation(str(url), parts.canonical, Verdict.of(rule, parts.canonical), probes)
+
+
+def is_snapshot(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a file that starts like a snapshot (any format version)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
 
 
 def open_snapshot(path: str | os.PathLike[str], *, verify: bool = True) -> SnapshotMatcher:
