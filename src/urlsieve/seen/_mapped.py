@@ -41,7 +41,7 @@ import threading
 import zlib
 from contextlib import suppress
 from types import TracebackType
-from typing import ClassVar, Self
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +53,7 @@ from urlsieve.exceptions import (
     StoreFull,
     StoreReadOnly,
 )
+from urlsieve.seen.base import ClosingStore
 from urlsieve.url import FILTER, Profile
 
 __all__ = ["HEADER_SIZE", "MappedStore", "os_error", "rank_in_groups"]
@@ -181,7 +182,7 @@ def new_file(tmp: str, size: int, path: str, doing: str) -> int:
     return fd
 
 
-class MappedStore:
+class MappedStore(ClosingStore):
     """Base of the file-backed stores: one file, memory-mapped shared, locked per write."""
 
     KIND: ClassVar[bytes]
@@ -443,17 +444,6 @@ class MappedStore:
             if self._fd >= 0:
                 os.close(self._fd)
             self._fd = -1
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __del__(self) -> None:
         with suppress(Exception):

@@ -14,11 +14,11 @@ import os
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Generic, Protocol, Self, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from urlsieve.exceptions import StoreError, StoreReadOnly
 from urlsieve.seen._seedio import os_error, write_atomic, writer_lock
+from urlsieve.seen.base import ClosingStore
 from urlsieve.url import Profile
 
 __all__ = ["KeyTable", "SnapshotStore"]
@@ -35,7 +35,7 @@ class KeyTable(Protocol):
 T = TypeVar("T", bound=KeyTable)
 
 
-class SnapshotStore(Generic[T]):
+class SnapshotStore(ClosingStore, Generic[T]):
     """A seen store over a :class:`KeyTable`; subclasses say how to key, build and (de)serialise."""
 
     kind = "snapshot"
@@ -152,14 +152,3 @@ class SnapshotStore(Generic[T]):
         finally:
             self._closed = True
             self._unlock()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -21,8 +21,9 @@ from urlsieve.url import CRAWLER, FILTER, Profile
 
 __all__ = [
     "BACKENDS",
-    "PROFILES",
     "Backend",
+    "ClosingStore",
+    "PROFILES",
     "SeenStore",
     "StoreSpec",
     "StoreStats",
@@ -97,6 +98,24 @@ class SeenStore(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+
+class ClosingStore:
+    """Base of the stores: a store is its own context manager, and leaving the block closes it."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 #: Named profiles a spec can choose with ``?profile=``.

@@ -55,13 +55,11 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from urlsieve.exceptions import ConfigError, StoreCorrupt, StoreError, StoreReadOnly
 from urlsieve.fingerprint import SIGNATURES, SignatureKind, signature
 from urlsieve.seen._seedio import check_profile, fsync_dir, os_error, syncfs
-from urlsieve.seen.base import StoreStats
+from urlsieve.seen.base import ClosingStore, StoreStats
 from urlsieve.url import FILTER, Profile
 
 __all__ = ["BitmapStore", "false_positive_floor"]
@@ -87,7 +85,7 @@ def false_positive_floor(n: float, width: int = 32) -> float:
     return -math.expm1(-n / 2.0**width)
 
 
-class BitmapStore:
+class BitmapStore(ClosingStore):
     """Signature-indexed bit files shared between processes (seed 002)."""
 
     def __init__(
@@ -445,14 +443,3 @@ class BitmapStore:
         with self._tlock:
             self._closed = True
             self._release()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

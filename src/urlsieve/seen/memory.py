@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from types import TracebackType
-from typing import Self
 
 from urlsieve.fingerprint import fingerprint64
-from urlsieve.seen.base import StoreStats
+from urlsieve.seen.base import ClosingStore, StoreStats
 from urlsieve.url import FILTER, Profile
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore:
+class MemoryStore(ClosingStore):
     """Exact, in-memory, not shared between processes."""
 
     def __init__(self, location: str = "", *, profile: Profile = FILTER) -> None:
@@ -71,14 +69,3 @@ class MemoryStore:
 
     def close(self) -> None:
         self._seen = set()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

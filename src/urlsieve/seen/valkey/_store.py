@@ -12,14 +12,13 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from urlsieve.exceptions import ConfigError, ProfileMismatch, StoreCorrupt, StoreUnavailable
-from urlsieve.seen.base import StoreStats
+from urlsieve.seen.base import ClosingStore, StoreStats
 from urlsieve.seen.valkey._client import BatchInterrupted, Cmd, Router
 from urlsieve.url import Profile
 
@@ -31,7 +30,7 @@ Decoder = Callable[[list[Any]], Flags]
 Builder = Callable[[Any, int, int], tuple[list[Cmd], Decoder]]
 
 
-class ValkeyStore:
+class ValkeyStore(ClosingStore):
     """Base of the ``kind=`` stores; subclasses say how URLs become commands."""
 
     kind: ClassVar[str]
@@ -231,17 +230,6 @@ class ValkeyStore:
     def _check_open(self) -> None:
         if self._closed:
             raise ConfigError(f"{self._where()}: store is closed")
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._where()} {self.config}>"
