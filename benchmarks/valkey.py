@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             *verdicts,
             "",
             "Bloom and DSBF memory is fixed by capacity (here = the URL count). Throughput on"
-            " this 2-core machine is shared by the client(s) and the server, and other work ran"
-            " at the same time: treat the ratios as the result, not the absolute rates.",
+            " this 2-core machine is shared by the client(s) and the server: treat the ratios"
+            " as the result, not the absolute rates.",
         ]
     )
     write_section("valkey", body)
