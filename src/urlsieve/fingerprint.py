@@ -22,8 +22,9 @@ from urlsieve.url import FILTER, URL, Profile, canonicalize
 __all__ = [
     "SIGNATURES",
     "canonical_bytes",
-    "fingerprint64",
     "fingerprint128",
+    "fingerprint64",
+    "fingerprints128",
     "fingerprints64",
     "signature",
 ]
@@ -55,6 +56,11 @@ def fingerprints64(urls: Iterable[str], profile: Profile = FILTER) -> list[int]:
 def fingerprint128(url: str | URL, profile: Profile = FILTER) -> bytes:
     """128-bit fingerprint (xxh3-128), 16 bytes big-endian."""
     return _xxh128(canonical_bytes(url, profile))
+
+
+def fingerprints128(urls: Iterable[str], profile: Profile = FILTER) -> list[bytes]:
+    """:func:`fingerprint128` of each URL (raises :class:`InvalidURL` on the first bad one)."""
+    return [_xxh128(canonicalize(u, profile).encode("ascii")) for u in urls]
 
 
 def signature(url: str | URL, kind: SignatureKind = "crc32", profile: Profile = FILTER) -> bytes:
