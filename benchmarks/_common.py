@@ -10,8 +10,10 @@ import random
 import re
 import statistics
 import string
+import subprocess
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +72,35 @@ def rss_bytes(pid: int | None = None) -> int:
     status = Path(f"/proc/{pid or os.getpid()}/status").read_text()
     match = re.search(r"VmRSS:\s+(\d+) kB", status)
     return int(match.group(1)) * 1024 if match else 0
+
+
+def exchange(
+    proc: subprocess.Popen[bytes], warmup: str, lines: Sequence[str]
+) -> tuple[list[bytes], float]:
+    """Time a line-protocol child (a redirector or Squid helper) answering ``lines``.
+
+    One ``warmup`` line is answered first (the child opens its rules), then the
+    lines are written from a thread while one reply per line is read; the
+    seconds run from the first line written to the last reply read.
+    """
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(f"{warmup}\n".encode())
+    proc.stdin.flush()
+    proc.stdout.readline()
+    payload = "".join(f"{line}\n" for line in lines).encode()
+
+    def feed() -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(payload)
+        proc.stdin.flush()
+
+    start = time.perf_counter()
+    writer = threading.Thread(target=feed)
+    writer.start()
+    out = [proc.stdout.readline() for _ in lines]
+    seconds = time.perf_counter() - start
+    writer.join()
+    return out, seconds
 
 
 def machine() -> str:

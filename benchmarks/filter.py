@@ -28,7 +28,6 @@ import string
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -206,28 +205,15 @@ class SquidGuard:
             stdout=subprocess.PIPE,
             bufsize=1 << 16,
         )
-        assert proc.stdin is not None and proc.stdout is not None
-        # Warm up (opens the databases) before timing.
-        proc.stdin.write(f"http://warm.up.invalid/ {SG_CLIENT}\n".encode())
-        proc.stdin.flush()
-        proc.stdout.readline()
-        payload = "".join(f"{u} {SG_CLIENT}\n" for u in urls).encode()
-
-        def feed() -> None:
-            assert proc.stdin is not None
-            proc.stdin.write(payload)
-            proc.stdin.flush()
-
-        start = time.perf_counter()
-        writer = threading.Thread(target=feed)
-        writer.start()
-        out = [proc.stdout.readline() for _ in urls]
-        seconds = time.perf_counter() - start
-        writer.join()
+        # The warm-up line opens the databases before timing.
+        out, seconds = common.exchange(
+            proc, f"http://warm.up.invalid/ {SG_CLIENT}", [f"{u} {SG_CLIENT}" for u in urls]
+        )
         status = Path(f"/proc/{proc.pid}/status").read_text()
         hwm = next(
             int(ln.split()[1]) * 1024 for ln in status.splitlines() if ln.startswith("VmHWM")
         )
+        assert proc.stdin is not None
         proc.stdin.close()
         proc.wait()
         return [line.startswith(b"OK rewrite") for line in out], seconds, hwm

@@ -41,7 +41,7 @@ from urllib.parse import quote
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import benchmarks._common as common
-from benchmarks._common import machine, table, write_section
+from benchmarks._common import exchange, machine, table, write_section
 from benchmarks.filter import (
     SG_CLIENT,
     SQUIDGUARD,
@@ -84,23 +84,8 @@ def run_helper(cmd: Sequence[str], lines: Sequence[str]) -> tuple[list[bytes], f
     proc = subprocess.Popen(
         list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
+    out, seconds = exchange(proc, f"http://warm.up.invalid/ {SG_CLIENT}", lines)
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(f"http://warm.up.invalid/ {SG_CLIENT}\n".encode())
-    proc.stdin.flush()
-    proc.stdout.readline()
-    payload = "".join(f"{line}\n" for line in lines).encode()
-
-    def feed() -> None:
-        assert proc.stdin is not None
-        proc.stdin.write(payload)
-        proc.stdin.flush()
-
-    start = time.perf_counter()
-    writer = threading.Thread(target=feed)
-    writer.start()
-    out = [proc.stdout.readline() for _ in lines]
-    seconds = time.perf_counter() - start
-    writer.join()
     proc.stdin.close()
     proc.wait()
     proc.stdout.close()
