@@ -101,6 +101,32 @@ def test_bad_parameters_fail_at_once(tmp_path: Path) -> None:
         open_seen(f"bitmap:{tmp_path / 'other'}")
 
 
+def test_losing_the_race_to_create_the_store_opens_the_winners_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two processes open a fresh directory at once: both see no header; one links its
+    # header first and creates the 256 data files; the other then lists the directory.
+    # The loser must open the winner's store, not call the winner's files strays.
+    spec = f"bitmap:{tmp_path}?width=20"
+    with open_seen(spec) as winner:
+        winner.add_many(urls(50))
+    header = tmp_path / "bitmap.hdr"
+    real_exists = Path.exists
+    missed: list[Path] = []
+
+    def exists_late(self: Path, *args: object, **kwargs: object) -> bool:
+        if self == header and not missed:
+            missed.append(self)
+            return False  # what the loser saw just before the winner linked its header
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", exists_late)
+    with open_seen(spec) as loser:
+        assert missed == [header]
+        assert all(loser.contains_many(urls(50)))
+        assert len(loser) == 50
+
+
 def _make(tmp_path: Path) -> Path:
     with open_seen(f"bitmap:{tmp_path}?width=20") as store:
         store.add_many(urls(100))

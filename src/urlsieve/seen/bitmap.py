@@ -197,6 +197,8 @@ class BitmapStore(ClosingStore):
             strays = [p.name for p in self._dir.iterdir() if not p.name.startswith(HEADER_NAME)]
         except OSError as exc:
             os_error(exc, "creating the store directory", self._dir)
+        if strays and (self._dir / HEADER_NAME).exists():
+            return  # a concurrent creator linked its header first and made its data files
         if strays:
             raise StoreCorrupt(
                 f"{self._dir}: has files ({', '.join(sorted(strays)[:3])}…) but no "
