@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable
 
 from urlsieve.exceptions import InvalidURL
 from urlsieve.url.host import is_ipv4, normalise_ipv6
 from urlsieve.url.model import URL
 from urlsieve.url.profile import FILTER, Profile
 
-__all__ = ["SCHEMES", "canonicalize", "parse_url"]
+__all__ = ["ACCELERATED", "SCHEMES", "canonicalize", "fast_canonical_py", "parse_url"]
 
 #: Schemes with a host; everything else (``data:``, ``javascript:``, ``mailto:``…) is refused.
 SCHEMES = frozenset({"http", "https", "ftp", "ws", "wss"})
@@ -151,6 +153,36 @@ def _parse_slow(url: str, profile: Profile) -> URL:
     return URL(scheme, host, path, query, port, userinfo, is_ip)
 
 
+def fast_canonical_py(url: str, allow_query: bool) -> str | None:
+    """The canonical form of ``url`` when it (or ``http://`` + it) is already canonical, else None.
+
+    The reference of the fast path: ``urlsieve._speedups.fast_canonical``, the
+    compiled version :func:`canonicalize` uses when it is built, must answer
+    exactly this for every string (the tests compare the two).
+    """
+    m = _FAST.fullmatch(url)
+    if m is None and "://" not in url:
+        m = _FAST.fullmatch("http://" + url)
+    if m is None or (not allow_query and m.group("query") is not None):
+        return None
+    if m.group("path") is None:
+        cut = m.end("host")
+        return f"{m.string[:cut]}/{m.string[cut:]}"
+    return m.string
+
+
+_fast_canonical: Callable[[str, bool], str | None] = fast_canonical_py
+#: Whether the compiled fast path is in use (set URLSIEVE_PURE_PYTHON=1 to turn it off).
+ACCELERATED = False
+if not os.environ.get("URLSIEVE_PURE_PYTHON"):
+    try:
+        from urlsieve._speedups import fast_canonical as _fast_canonical
+    except ImportError:  # built without a C compiler: the pure-Python reference serves
+        pass
+    else:
+        ACCELERATED = True
+
+
 def _fast_match(url: str, profile: Profile) -> re.Match[str] | None:
     """Match ``url`` (or ``http://`` + a scheme-less ``url``) when it is already canonical.
 
@@ -191,13 +223,7 @@ def canonicalize(url: str, profile: Profile = FILTER) -> str:
     canonical URL returns it unchanged, and does so on a fast path.
     """
     if profile.fast_path:
-        # _fast_match, inlined: this is the hottest call of the library.
-        m = _FAST.fullmatch(url)
-        if m is None and "://" not in url:
-            m = _FAST.fullmatch("http://" + url)
-        if m is not None and (profile.fast_query or m.group("query") is None):
-            if m.group("path") is None:
-                cut = m.end("host")
-                return f"{m.string[:cut]}/{m.string[cut:]}"
-            return m.string
+        canonical = _fast_canonical(url, profile.fast_query)
+        if canonical is not None:
+            return canonical
     return _parse_slow(url, profile).canonical

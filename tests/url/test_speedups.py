@@ -1,0 +1,192 @@
+"""The compiled fast path answers exactly what its pure-Python reference answers.
+
+``urlsieve._speedups.fast_canonical`` replaces the ``_FAST`` regular
+expression on the canonicaliser's hottest call; ``fast_canonical_py`` (the
+regex) stays as the reference. Every string here goes through both.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sysconfig
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from tests.url.test_properties import URLISH
+from urlsieve.url import parse
+from urlsieve.url.parse import _FAST, _parse_slow, fast_canonical_py
+from urlsieve.url.profile import FILTER
+
+
+def _can_build() -> bool:
+    include = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    return include.exists() and shutil.which(sysconfig.get_config_var("CC").split()[0]) is not None
+
+
+def test_the_accelerator_is_in_use_wherever_it_can_be_built() -> None:
+    if os.environ.get("URLSIEVE_PURE_PYTHON"):
+        assert not parse.ACCELERATED
+    elif _can_build():
+        # A compiler and Python's headers are here: `pip install` must have built it.
+        assert parse.ACCELERATED, "urlsieve._speedups is missing: reinstall with pip install -e ."
+    else:
+        assert not parse.ACCELERATED or Path(parse.__file__).parent.parent.exists()
+
+
+@pytest.fixture(scope="module")
+def compiled() -> Callable[[str, bool], str | None]:
+    mod = pytest.importorskip("urlsieve._speedups", reason="built without a C compiler")
+    fn: Callable[[str, bool], str | None] = mod.fast_canonical
+    return fn
+
+
+def _same(fn: Callable[[str, bool], str | None], text: str) -> None:
+    for allow_query in (True, False):
+        assert fn(text, allow_query) == fast_canonical_py(text, allow_query), (text, allow_query)
+
+
+# Canonical strings straight from the reference grammar (the accepting side) ...
+CANONICAL = st.from_regex(_FAST, fullmatch=True)
+
+
+# ... and small edits of them (the boundary: one character off).
+@st.composite
+def near_canonical(draw: st.DrawFn) -> str:
+    text = draw(CANONICAL)
+    at = draw(st.integers(0, len(text)))
+    edit = draw(st.sampled_from(["insert", "delete", "replace", "strip_scheme"]))
+    char = draw(st.sampled_from([*"/.?%#:@\\ A9a_-", "%25", "%2F", "%7F", "%7e", "ü", "\x00"]))
+    if edit == "insert":
+        return text[:at] + char + text[at:]
+    if edit == "delete":
+        return text[:at] + text[at + 1 :]
+    if edit == "replace":
+        return text[:at] + char + text[at + 1 :]
+    return text.partition("://")[2]
+
+
+EDGES = [
+    "",
+    "http://",
+    "http://a",
+    "a",
+    "a.com",
+    "a.com/",
+    "a.com?x",
+    "http://a.com?x=1",
+    "http://a.com/?",
+    "http://1.2.3.4/",
+    "http://1.2.3.4",
+    "1.2.3.4",
+    "http://01.2.3.4/",
+    "http://1.2.3/",
+    "http://1.2.3.4.5/",
+    "http://256.1.1.1/",
+    "http://255.255.255.255/",
+    "http://1.2.3.4a/",
+    "http://1234.1.1.1/",
+    "http://a.1/",
+    "http://a.b1/",
+    "http://a..b/",
+    "http://.a/",
+    "http://a./",
+    "http://_a-.b_/",
+    "http://a.com//",
+    "http://a.com/./",
+    "http://a.com/.a",
+    "http://a.com/a.",
+    "http://a.com/a/",
+    "http://a.com/a//b",
+    "http://a.com/a/?b",
+    "http://a.com/%25",
+    "http://a.com/%2541",
+    "http://a.com/%25g1",
+    "http://a.com/%254",
+    "http://a.com/%25aa",
+    "http://a.com/%2F",
+    "http://a.com/%20",
+    "http://a.com/%23",
+    "http://a.com/%7F",
+    "http://a.com/%7E",
+    "http://a.com/%80%FF",
+    "http://a.com/%ff",
+    "http://a.com/%0",
+    "http://a.com/%",
+    "http://a.com/%2E",
+    "http://a.com/?%",
+    "http://a.com/?%25",
+    "http://a.com/??//..#",
+    "http://a.com/?a b",
+    "https://a.com/",
+    "httpss://a.com/",
+    "ftp://a.com/",
+    "ws://a.com/",
+    "wss://a.com/",
+    "HTTP://a.com/",
+    "http:/a.com/",
+    "a.com/b://c",
+    "a.com:80/",
+    "user@a.com/",
+    "http://a.com/\\",
+    "http://a.com/ü",
+    "http://ä.com/",
+    "http://a.com/a\x00",
+    "http://a.com/~a!$&'()*+,;=:@[]^_`{|}",
+]
+
+
+@pytest.mark.parametrize("text", EDGES)
+def test_edge_cases_agree(compiled: Callable[[str, bool], str | None], text: str) -> None:
+    _same(compiled, text)
+
+
+@given(CANONICAL)
+def test_canonical_strings_agree(compiled: Callable[[str, bool], str | None], text: str) -> None:
+    _same(compiled, text)
+    assert compiled(text, True) is not None
+
+
+@given(near_canonical())
+@example("http://a.com/%25%32")
+def test_near_canonical_strings_agree(
+    compiled: Callable[[str, bool], str | None], text: str
+) -> None:
+    _same(compiled, text)
+
+
+@given(st.one_of(st.text(), URLISH))
+def test_arbitrary_strings_agree(compiled: Callable[[str, bool], str | None], text: str) -> None:
+    _same(compiled, text)
+
+
+@given(st.one_of(near_canonical(), URLISH))
+def test_what_the_compiled_path_accepts_is_a_fixpoint_of_the_full_pipeline(
+    compiled: Callable[[str, bool], str | None], text: str
+) -> None:
+    result = compiled(text, True)
+    if result is not None:
+        assert _parse_slow(text, FILTER).canonical == result
+        assert _parse_slow(result, FILTER).canonical == result
+
+
+def test_an_unchanged_url_is_returned_as_the_same_object(
+    compiled: Callable[[str, bool], str | None],
+) -> None:
+    url = "http://example.com/a/b?c=d"
+    assert compiled(url, True) is url
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [((b"http://a.com/", True), "must be str, not bytes"), (("http://a.com/",), "2 arguments")],
+)
+def test_misuse_is_a_type_error(
+    compiled: Callable[..., str | None], args: tuple[object, ...], message: str
+) -> None:
+    with pytest.raises(TypeError, match=message):
+        compiled(*args)
