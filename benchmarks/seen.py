@@ -125,12 +125,12 @@ def measure(
 
 
 def digests128(canon: list[bytes]) -> np.ndarray:
-    joined = b"".join([xxhash.xxh3_128_digest(c) for c in canon])
+    joined = b"".join(map(xxhash.xxh3_128_digest, canon))
     return np.frombuffer(joined, dtype=">u8").astype(np.uint64).reshape(-1, 2)
 
 
 def digests64(canon: list[bytes]) -> np.ndarray:
-    return np.array([xxhash.xxh3_64_intdigest(c) for c in canon], dtype=np.uint64)
+    return np.fromiter(map(xxhash.xxh3_64_intdigest, canon), dtype=np.uint64, count=len(canon))
 
 
 def core_rows(adds: list[str], misses: list[str], tmp: str, single: int) -> list[Row]:

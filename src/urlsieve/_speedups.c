@@ -21,6 +21,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 enum { HOST = 1, SEG_FIRST = 2, SEG_REST = 4, QUERY = 8 };
@@ -197,11 +198,164 @@ fast_canonical(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * The blocked Bloom filter's batch insert (urlsieve/seen/bloom.py; its numpy version
+ * _insert_numpy is the reference). A block is 8 words of 64 bits; a URL's mask has bits
+ * in each word. bloom_fresh tests a batch against the filter as it is (no writes),
+ * keeping only the first of identical fingerprints; bloom_set ORs the masks of the
+ * flagged URLs in. The caller raises the layer's count in between.
+ */
+
+typedef struct {
+    Py_buffer bits, block, masks, h1, h2, out;
+    int have;
+} batch_args;
+
+static void
+release_batch(batch_args *a)
+{
+    Py_buffer *all[] = {&a->bits, &a->block, &a->masks, &a->h1, &a->h2, &a->out};
+    for (int i = 0; i < a->have; i++) PyBuffer_Release(all[i]);
+}
+
+/* Take the buffers (bits, block, masks[, h1, h2], out) and check their sizes. */
+static int
+get_batch(PyObject *const *args, Py_ssize_t nargs, int with_hashes, batch_args *a,
+          Py_ssize_t *n)
+{
+    const Py_ssize_t want = with_hashes ? 6 : 4;
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", want, nargs);
+        return -1;
+    }
+    Py_buffer *all[] = {&a->bits, &a->block, &a->masks, &a->h1, &a->h2, &a->out};
+    PyObject *objs[6];
+    int writable[6] = {1, 0, 0, 0, 0, 1};
+    for (int i = 0; i < 3; i++) objs[i] = args[i];
+    if (with_hashes) {
+        objs[3] = args[3];
+        objs[4] = args[4];
+        objs[5] = args[5];
+    } else {
+        objs[3] = objs[4] = NULL;
+        objs[5] = args[3];
+    }
+    a->have = 0;
+    for (int i = 0; i < 6; i++) {
+        if (objs[i] == NULL) {
+            memset(all[i], 0, sizeof(Py_buffer));
+            a->have++;
+            continue;
+        }
+        int flags = PyBUF_C_CONTIGUOUS | (writable[i] ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objs[i], all[i], flags) < 0) {
+            release_batch(a);
+            return -1;
+        }
+        a->have++;
+    }
+    *n = a->out.len;
+    if (a->bits.len % 64 || a->block.len != 8 * *n || a->masks.len != 64 * *n
+        || (with_hashes && (a->h1.len != 8 * *n || a->h2.len != 8 * *n))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "bloom batch: bits must be whole 64-byte blocks and block (int64), "
+                        "masks (n x 8 uint64), h1, h2 (uint64) and out (bool) one row per URL");
+        release_batch(a);
+        return -1;
+    }
+    const int64_t *block = a->block.buf;
+    const int64_t nblocks = a->bits.len / 64;
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        if (block[i] < 0 || block[i] >= nblocks) {
+            PyErr_Format(PyExc_IndexError, "bloom batch: block %lld out of range (%lld blocks)",
+                         (long long)block[i], (long long)nblocks);
+            release_batch(a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+bloom_fresh(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    batch_args a;
+    Py_ssize_t n;
+    if (get_batch(args, nargs, 1, &a, &n) < 0) return NULL;
+    const uint64_t *bits = a.bits.buf, *masks = a.masks.buf, *h1 = a.h1.buf, *h2 = a.h2.buf;
+    const int64_t *block = a.block.buf;
+    unsigned char *out = a.out.buf;
+    Py_ssize_t fresh = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint64_t *row = bits + 8 * block[i], *m = masks + 8 * i;
+        uint64_t missing = 0;
+        for (int w = 0; w < 8; w++) missing |= m[w] & ~row[w];
+        out[i] = missing != 0;
+        fresh += out[i];
+    }
+    if (fresh > 1) {
+        /* the same fingerprint twice among the fresh: only the first is new */
+        size_t size = 4;
+        while (size < 2 * (size_t)fresh) size <<= 1;
+        Py_ssize_t *slots = PyMem_Malloc(size * sizeof(Py_ssize_t));
+        if (slots == NULL) {
+            release_batch(&a);
+            return PyErr_NoMemory();
+        }
+        for (size_t j = 0; j < size; j++) slots[j] = -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (!out[i]) continue;
+            size_t j = (size_t)(h2[i] ^ (h1[i] >> 17)) & (size - 1);
+            while (slots[j] >= 0) {
+                Py_ssize_t k = slots[j];
+                if (h1[k] == h1[i] && h2[k] == h2[i]) {
+                    out[i] = 0;
+                    fresh--;
+                    break;
+                }
+                j = (j + 1) & (size - 1);
+            }
+            if (out[i]) slots[j] = i;
+        }
+        PyMem_Free(slots);
+    }
+    release_batch(&a);
+    return PyLong_FromSsize_t(fresh);
+}
+
+static PyObject *
+bloom_set(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    batch_args a;
+    Py_ssize_t n;
+    if (get_batch(args, nargs, 0, &a, &n) < 0) return NULL;
+    uint64_t *bits = a.bits.buf;
+    const uint64_t *masks = a.masks.buf;
+    const int64_t *block = a.block.buf;
+    const unsigned char *flags = a.out.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!flags[i]) continue;
+        uint64_t *row = bits + 8 * block[i];
+        const uint64_t *m = masks + 8 * i;
+        for (int w = 0; w < 8; w++) row[w] |= m[w];
+    }
+    release_batch(&a);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"fast_canonical", (PyCFunction)(void (*)(void))fast_canonical, METH_FASTCALL,
      "fast_canonical(url, allow_query) -> str | None\n\n"
      "The canonical form of an already-canonical (or scheme-less canonical) URL,\n"
      "or None when the full canonicaliser must decide."},
+    {"bloom_fresh", (PyCFunction)(void (*)(void))bloom_fresh, METH_FASTCALL,
+     "bloom_fresh(bits, block, masks, h1, h2, out) -> int\n\n"
+     "Flag in out the URLs a batch adds (tested against the filter before the batch,\n"
+     "the first of identical fingerprints only); return how many."},
+    {"bloom_set", (PyCFunction)(void (*)(void))bloom_set, METH_FASTCALL,
+     "bloom_set(bits, block, masks, flags) -> None\n\nOR the masks of the flagged URLs in."},
     {NULL, NULL, 0, NULL},
 };
 

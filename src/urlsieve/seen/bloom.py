@@ -22,9 +22,10 @@ sum to less than ``ε`` however far the filter grows (scalable Bloom
 filters, Almeida et al. 2007). A URL is seen when any layer has it; new URLs
 go to the last layer.
 
-**Batches** (``add_many``, ``add_fingerprints``) are vectorised with numpy:
-one gather of the blocks, one test, the new bits ORed together per block
-(sorted by block) and written back once. A batch is tested against the
+**Batches** (``add_many``, ``add_fingerprints``) are vectorised: numpy
+computes blocks and masks, and a compiled pass (``urlsieve._speedups``; the
+numpy reference gathers the blocks, tests them, and ORs the new bits together
+per block) tests and sets them. A batch is tested against the
 filter as it was before the batch: URLs of one batch never make each other
 look seen, except the same URL twice, which is new once.
 
@@ -50,6 +51,7 @@ import numpy as np
 import numpy.typing as npt
 import xxhash
 
+from urlsieve._accel import speedups
 from urlsieve.exceptions import ConfigError, StoreCorrupt, StoreFull
 from urlsieve.seen._mapped import (
     HEADER_SIZE,
@@ -438,8 +440,23 @@ class BloomStore(MappedStore):
 
         The batch is tested against the layer as it was before it (URLs of one
         batch never make each other look seen, unless they are the same URL:
-        then only the first is new). The bits are then ORed in once per block.
+        then only the first is new). Compiled when ``urlsieve._speedups`` is
+        built; :meth:`_insert_numpy` is the reference it is tested against.
         """
+        if speedups is None:
+            return self._insert_numpy(layer, h1, h2, masks)
+        blocks = layer.block_of(h1).astype(np.int64, copy=False)
+        masks = np.ascontiguousarray(masks, dtype=np.uint64)
+        h1, h2 = np.ascontiguousarray(h1), np.ascontiguousarray(h2)
+        fresh = np.empty(len(h1), dtype=bool)
+        added = speedups.bloom_fresh(layer.bits, blocks, masks, h1, h2, fresh)
+        self._mv[layer.count_word] += added  # the count first: see the module doc
+        if added:
+            speedups.bloom_set(layer.bits, blocks, masks, fresh)
+        return fresh
+
+    def _insert_numpy(self, layer: _Layer, h1: U64, h2: U64, masks: U64) -> Flags:
+        """:meth:`_insert` in numpy: the bits are ORed in once per block (sorted by block)."""
         n = len(h1)
         order = np.argsort(h1)  # sorts by block too: the block is monotone in h1
         sorted_h1 = h1[order]

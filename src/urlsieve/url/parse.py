@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 
+from urlsieve._accel import speedups
 from urlsieve.exceptions import InvalidURL
 from urlsieve.url.host import is_ipv4, normalise_ipv6
 from urlsieve.url.model import URL
@@ -171,16 +171,11 @@ def fast_canonical_py(url: str, allow_query: bool) -> str | None:
     return m.string
 
 
-_fast_canonical: Callable[[str, bool], str | None] = fast_canonical_py
 #: Whether the compiled fast path is in use (set URLSIEVE_PURE_PYTHON=1 to turn it off).
-ACCELERATED = False
-if not os.environ.get("URLSIEVE_PURE_PYTHON"):
-    try:
-        from urlsieve._speedups import fast_canonical as _fast_canonical
-    except ImportError:  # built without a C compiler: the pure-Python reference serves
-        pass
-    else:
-        ACCELERATED = True
+ACCELERATED = speedups is not None
+_fast_canonical: Callable[[str, bool], str | None] = (
+    fast_canonical_py if speedups is None else speedups.fast_canonical
+)
 
 
 def _fast_match(url: str, profile: Profile) -> re.Match[str] | None:
