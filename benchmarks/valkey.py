@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             "## Valkey/Redis seen stores (`benchmarks/valkey.py`)",
             "",
             f"`python -m benchmarks.valkey --urls {args.urls} --single {args.single}` — "
-            f"{machine()}, one valkey-server on loopback, AOF off; {n:,} distinct generated URLs,"
+            f"{machine()}, one valkey-server on loopback, AOF off; {n:,} distinct generated URLs."
             " Our stores get calls of 10,000 URLs (pipelined in chunks of 1,000).",
             "",
             "Rows 1–6 canonicalise with urlsieve for every method, so only the storage"
