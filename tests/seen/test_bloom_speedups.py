@@ -50,8 +50,13 @@ def test_compiled_insert_matches_the_numpy_reference(
     assert not flags_c[-1].any()
 
 
-def test_a_fingerprint_twice_in_one_batch_is_new_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+def test_a_fingerprint_twice_in_one_batch_is_new_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compiled: bool
+) -> None:
+    # [1, 3] shares h1 with [1, 2]: the repeats of [1, 2] are not adjacent when sorted by h1.
     fps = np.array([[1, 2], [3 << 40, 4], [1, 2], [1, 3], [1, 2]], dtype=np.uint64)
+    monkeypatch.setattr(bloom, "speedups", speedups if compiled else None)
     with BloomStore(str(tmp_path / "s"), capacity=1000, error=0.001) as store:
         assert store.add_fingerprints(fps).tolist() == [True, True, False, True, False]
         assert len(store) == 3

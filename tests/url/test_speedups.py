@@ -24,8 +24,10 @@ from urlsieve.url.profile import FILTER
 
 
 def _can_build() -> bool:
+    """A C compiler and Python's headers: what setuptools needs to build the extension."""
     include = Path(sysconfig.get_paths()["include"]) / "Python.h"
-    return include.exists() and shutil.which(sysconfig.get_config_var("CC").split()[0]) is not None
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    return include.exists() and shutil.which(compiler) is not None
 
 
 def test_the_accelerator_is_in_use_wherever_it_can_be_built() -> None:
@@ -34,8 +36,7 @@ def test_the_accelerator_is_in_use_wherever_it_can_be_built() -> None:
     elif _can_build():
         # A compiler and Python's headers are here: `pip install` must have built it.
         assert parse.ACCELERATED, "urlsieve._speedups is missing: reinstall with pip install -e ."
-    else:
-        assert not parse.ACCELERATED or Path(parse.__file__).parent.parent.exists()
+    # Without a compiler either answer is possible (a wheel built elsewhere may carry it).
 
 
 @pytest.fixture(scope="module")

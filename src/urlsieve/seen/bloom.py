@@ -458,7 +458,8 @@ class BloomStore(MappedStore):
     def _insert_numpy(self, layer: _Layer, h1: U64, h2: U64, masks: U64) -> Flags:
         """:meth:`_insert` in numpy: the bits are ORed in once per block (sorted by block)."""
         n = len(h1)
-        order = np.argsort(h1)  # sorts by block too: the block is monotone in h1
+        # by (h1, h2): the same fingerprints end up adjacent, and blocks sorted (monotone in h1)
+        order = np.lexsort((h2, h1))
         sorted_h1 = h1[order]
         blocks = layer.block_of(sorted_h1)
         sorted_masks = masks[order]
