@@ -153,6 +153,20 @@ def _parse_slow(url: str, profile: Profile) -> URL:
     return URL(scheme, host, path, query, port, userinfo, is_ip)
 
 
+def _fast_match(url: str, allow_query: bool) -> re.Match[str] | None:
+    """Match ``url`` (or ``http://`` + a scheme-less ``url``) when it is already canonical.
+
+    The fast host pattern has no ``:``, so a string with a scheme of its own can
+    never match with ``http://`` in front: the retry only takes scheme-less input.
+    """
+    m = _FAST.fullmatch(url)
+    if m is None and "://" not in url:
+        m = _FAST.fullmatch("http://" + url)
+    if m is not None and (allow_query or m.group("query") is None):
+        return m
+    return None
+
+
 def fast_canonical_py(url: str, allow_query: bool) -> str | None:
     """The canonical form of ``url`` when it (or ``http://`` + it) is already canonical, else None.
 
@@ -160,10 +174,8 @@ def fast_canonical_py(url: str, allow_query: bool) -> str | None:
     compiled version :func:`canonicalize` uses when it is built, must answer
     exactly this for every string (the tests compare the two).
     """
-    m = _FAST.fullmatch(url)
-    if m is None and "://" not in url:
-        m = _FAST.fullmatch("http://" + url)
-    if m is None or (not allow_query and m.group("query") is not None):
+    m = _fast_match(url, allow_query)
+    if m is None:
         return None
     if m.group("path") is None:
         cut = m.end("host")
@@ -178,24 +190,10 @@ _fast_canonical: Callable[[str, bool], str | None] = (
 )
 
 
-def _fast_match(url: str, profile: Profile) -> re.Match[str] | None:
-    """Match ``url`` (or ``http://`` + a scheme-less ``url``) when it is already canonical.
-
-    The fast host pattern has no ``:``, so a string with a scheme of its own can
-    never match with ``http://`` in front: the retry only takes scheme-less input.
-    """
-    m = _FAST.fullmatch(url)
-    if m is None and "://" not in url:
-        m = _FAST.fullmatch("http://" + url)
-    if m is not None and (profile.fast_query or m.group("query") is None):
-        return m
-    return None
-
-
 def parse_url(url: str, profile: Profile = FILTER) -> URL:
     """Canonicalise ``url`` into its parts; raise :class:`InvalidURL` if it has no usable host."""
     if profile.fast_path:
-        m = _fast_match(url, profile)
+        m = _fast_match(url, profile.fast_query)
         if m is not None:
             return URL(
                 m.group("scheme"),
