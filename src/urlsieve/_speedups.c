@@ -206,65 +206,49 @@ fast_canonical(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * flagged URLs in. The caller raises the layer's count in between.
  */
 
+enum { BITS, BLOCK, MASKS, H1, H2, OUT, NBUF };
+
 typedef struct {
-    Py_buffer bits, block, masks, h1, h2, out;
-    int have;
+    Py_buffer buf[NBUF]; /* a slot a function does not take stays zeroed (obj == NULL) */
 } batch_args;
 
 static void
 release_batch(batch_args *a)
 {
-    Py_buffer *all[] = {&a->bits, &a->block, &a->masks, &a->h1, &a->h2, &a->out};
-    for (int i = 0; i < a->have; i++) PyBuffer_Release(all[i]);
+    for (int i = 0; i < NBUF; i++) PyBuffer_Release(&a->buf[i]); /* no-op when obj is NULL */
 }
 
-/* Take the buffers (bits, block, masks[, h1, h2], out) and check their sizes. */
+/* Take argument i into buffer slots[i] (bits and out writable) and check the sizes. */
 static int
-get_batch(PyObject *const *args, Py_ssize_t nargs, int with_hashes, batch_args *a,
-          Py_ssize_t *n)
+get_batch(PyObject *const *args, Py_ssize_t nargs, const int *slots, Py_ssize_t nslots,
+          batch_args *a, Py_ssize_t *n)
 {
-    const Py_ssize_t want = with_hashes ? 6 : 4;
-    if (nargs != want) {
-        PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", want, nargs);
+    memset(a, 0, sizeof(*a));
+    if (nargs != nslots) {
+        PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", nslots, nargs);
         return -1;
     }
-    Py_buffer *all[] = {&a->bits, &a->block, &a->masks, &a->h1, &a->h2, &a->out};
-    PyObject *objs[6];
-    int writable[6] = {1, 0, 0, 0, 0, 1};
-    for (int i = 0; i < 3; i++) objs[i] = args[i];
-    if (with_hashes) {
-        objs[3] = args[3];
-        objs[4] = args[4];
-        objs[5] = args[5];
-    } else {
-        objs[3] = objs[4] = NULL;
-        objs[5] = args[3];
-    }
-    a->have = 0;
-    for (int i = 0; i < 6; i++) {
-        if (objs[i] == NULL) {
-            memset(all[i], 0, sizeof(Py_buffer));
-            a->have++;
-            continue;
-        }
-        int flags = PyBUF_C_CONTIGUOUS | (writable[i] ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(objs[i], all[i], flags) < 0) {
+    for (Py_ssize_t i = 0; i < nslots; i++) {
+        int writable = slots[i] == BITS || slots[i] == OUT;
+        int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(args[i], &a->buf[slots[i]], flags) < 0) {
             release_batch(a);
             return -1;
         }
-        a->have++;
     }
-    *n = a->out.len;
-    if (a->bits.len % 64 || a->block.len != 8 * *n || a->masks.len != 64 * *n
-        || (with_hashes && (a->h1.len != 8 * *n || a->h2.len != 8 * *n))) {
+    const Py_buffer *b = a->buf;
+    *n = b[OUT].len;
+    int with_hashes = b[H1].obj != NULL;
+    if (b[BITS].len % 64 || b[BLOCK].len != 8 * *n || b[MASKS].len != 64 * *n
+        || (with_hashes && (b[H1].len != 8 * *n || b[H2].len != 8 * *n))) {
         PyErr_SetString(PyExc_ValueError,
                         "bloom batch: bits must be whole 64-byte blocks and block (int64), "
                         "masks (n x 8 uint64), h1, h2 (uint64) and out (bool) one row per URL");
         release_batch(a);
         return -1;
     }
-    const int64_t *block = a->block.buf;
-    const int64_t nblocks = a->bits.len / 64;
+    const int64_t *block = b[BLOCK].buf;
+    const int64_t nblocks = b[BITS].len / 64;
     for (Py_ssize_t i = 0; i < *n; i++) {
         if (block[i] < 0 || block[i] >= nblocks) {
             PyErr_Format(PyExc_IndexError, "bloom batch: block %lld out of range (%lld blocks)",
@@ -282,10 +266,12 @@ bloom_fresh(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     (void)module;
     batch_args a;
     Py_ssize_t n;
-    if (get_batch(args, nargs, 1, &a, &n) < 0) return NULL;
-    const uint64_t *bits = a.bits.buf, *masks = a.masks.buf, *h1 = a.h1.buf, *h2 = a.h2.buf;
-    const int64_t *block = a.block.buf;
-    unsigned char *out = a.out.buf;
+    static const int slots[] = {BITS, BLOCK, MASKS, H1, H2, OUT};
+    if (get_batch(args, nargs, slots, 6, &a, &n) < 0) return NULL;
+    const uint64_t *bits = a.buf[BITS].buf, *masks = a.buf[MASKS].buf;
+    const uint64_t *h1 = a.buf[H1].buf, *h2 = a.buf[H2].buf;
+    const int64_t *block = a.buf[BLOCK].buf;
+    unsigned char *out = a.buf[OUT].buf;
     Py_ssize_t fresh = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         const uint64_t *row = bits + 8 * block[i], *m = masks + 8 * i;
@@ -330,11 +316,12 @@ bloom_set(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     (void)module;
     batch_args a;
     Py_ssize_t n;
-    if (get_batch(args, nargs, 0, &a, &n) < 0) return NULL;
-    uint64_t *bits = a.bits.buf;
-    const uint64_t *masks = a.masks.buf;
-    const int64_t *block = a.block.buf;
-    const unsigned char *flags = a.out.buf;
+    static const int slots[] = {BITS, BLOCK, MASKS, OUT};
+    if (get_batch(args, nargs, slots, 4, &a, &n) < 0) return NULL;
+    uint64_t *bits = a.buf[BITS].buf;
+    const uint64_t *masks = a.buf[MASKS].buf;
+    const int64_t *block = a.buf[BLOCK].buf;
+    const unsigned char *flags = a.buf[OUT].buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!flags[i]) continue;
         uint64_t *row = bits + 8 * block[i];
