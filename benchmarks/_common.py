@@ -114,6 +114,11 @@ def table(header: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
     return "\n".join(lines)
 
 
+def verdict(met: bool) -> str:
+    """How a goal line in RESULTS.md ends: ``met``, or a bold ``missed`` that stands out."""
+    return "met" if met else "**missed**"
+
+
 def write_section(name: str, body: str) -> None:
     """Replace the ``<!-- name:start -->`` … ``<!-- name:end -->`` section of RESULTS.md."""
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"

@@ -16,7 +16,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import contextlib
 
-from benchmarks._common import machine, median_seconds, table, traffic_urls, write_section
+from benchmarks._common import (
+    machine,
+    median_seconds,
+    table,
+    traffic_urls,
+    verdict,
+    write_section,
+)
 from urlsieve import InvalidURL, canonicalize
 from urlsieve.url import parse
 
@@ -121,10 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     goals = []
     if "w3lib.url.canonicalize_url" in peers:
         ratio = peers["w3lib.url.canonicalize_url"] / base
-        goals.append(f"- ≥ 10× faster than w3lib: {ratio:.1f}× — {_verdict(ratio >= 10)}")
+        goals.append(f"- ≥ 10× faster than w3lib: {ratio:.1f}× — {verdict(ratio >= 10)}")
     if "can_ada.parse" in peers:
         ratio = base / peers["can_ada.parse"]
-        goals.append(f"- within 3× of can_ada: {ratio:.2f}× its time — {_verdict(ratio <= 3)}")
+        goals.append(f"- within 3× of can_ada: {ratio:.2f}× its time — {verdict(ratio <= 3)}")
     rows = [
         (name, kind, f"{ns:,.0f}", f"{ns / base:.2f}×", failures)
         for name, kind, ns, failures in results
@@ -146,10 +153,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         write_section("canon", "## Canonicalisation\n\n" + body)
     return 0
-
-
-def _verdict(met: bool) -> str:
-    return "met" if met else "**missed**"
 
 
 if __name__ == "__main__":

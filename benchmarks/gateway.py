@@ -41,7 +41,7 @@ from urllib.parse import quote
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import benchmarks._common as common
-from benchmarks._common import exchange, machine, table, write_section
+from benchmarks._common import exchange, machine, table, verdict, write_section
 from benchmarks.filter import (
     SG_CLIENT,
     SQUIDGUARD,
@@ -166,7 +166,7 @@ def helper_throughput(args: argparse.Namespace, workdir: Path) -> str:
             "-",
         ]
     )
-    verdict = "squidGuard not installed (apt-get install squidguard): no comparison"
+    summary = "squidGuard not installed (apt-get install squidguard): no comparison"
     if SQUIDGUARD:
         sg = SquidGuard(categories, workdir / "squidguard")
         sg_build = sg.build()
@@ -193,8 +193,8 @@ def helper_throughput(args: argparse.Namespace, workdir: Path) -> str:
             ]
         )
         ratio = sg_med / ours
-        goal = "met" if ratio >= 2 else "**missed**"
-        verdict = (
+        goal = verdict(ratio >= 2)
+        summary = (
             f"urlsieve helper vs squidGuard: **{ratio:.2f}×** its throughput on the same "
             f"request lines (goal ≥ 2×: {goal}). squidGuard's database build: {sg_build:.1f} s. "
             "Where the two disagree, benchmarks/filter.py classifies why (squidGuard's "
@@ -207,7 +207,7 @@ def helper_throughput(args: argparse.Namespace, workdir: Path) -> str:
         f"{compile_s:.1f} s).  \nRequests: {len(urls):,} lines ({source}), Squid's default "
         f"extras `{SG_CLIENT}`; median of {args.repeats} runs.\n\n"
         + table(header, rows)
-        + f"\n\n{verdict}"
+        + f"\n\n{summary}"
     )
 
 

@@ -37,7 +37,14 @@ import numpy as np
 import xxhash
 
 from benchmarks import _common
-from benchmarks._common import machine, median_seconds, table, traffic_urls, write_section
+from benchmarks._common import (
+    machine,
+    median_seconds,
+    table,
+    traffic_urls,
+    verdict,
+    write_section,
+)
 from urlsieve import InvalidURL, canonicalize
 from urlsieve.seen import BACKENDS, open_seen
 from urlsieve.seen.bloom import BloomStore
@@ -328,29 +335,24 @@ def verdicts(core: list[Row]) -> str:
         ok = all(o <= 2 * t for o, t in zip(ours, theirs, strict=True))
         lines.append(
             f"- bloom batch within 2× of rbloom (add, hit, miss): "
-            f"{', '.join(ratio(o, t) for o, t in zip(ours, theirs, strict=True))} — "
-            + ("met" if ok else "**missed**")
+            f"{', '.join(ratio(o, t) for o, t in zip(ours, theirs, strict=True))} — " + verdict(ok)
         )
     if bloom and pb:
         ours, theirs = per(bloom), per(pb)
         ok = all(o < t for o, t in zip(ours, theirs, strict=True))
         lines.append(
             f"- bloom batch faster than pybloomfiltermmap3 (add, hit, miss): "
-            f"{', '.join(ratio(o, t) for o, t in zip(ours, theirs, strict=True))} — "
-            + ("met" if ok else "**missed**")
+            f"{', '.join(ratio(o, t) for o, t in zip(ours, theirs, strict=True))} — " + verdict(ok)
         )
     if exact:
         size = exact.bytes / exact.n
-        lines.append(
-            f"- exact ≤ 16 bytes/URL: {size:.1f} — " + ("met" if size <= 16 else "**missed**")
-        )
+        lines.append(f"- exact ≤ 16 bytes/URL: {size:.1f} — " + verdict(size <= 16))
     if exact and scrapy:
         ours, theirs = per(exact), per(scrapy)
         ok = all(o < t for o, t in zip(ours, theirs, strict=True))
         lines.append(
             f"- exact batch faster than Scrapy's set (add, hit, miss): "
-            f"{', '.join(ratio(o, t) for o, t in zip(ours, theirs, strict=True))} — "
-            + ("met" if ok else "**missed**")
+            f"{', '.join(ratio(o, t) for o, t in zip(ours, theirs, strict=True))} — " + verdict(ok)
         )
     return "\n".join(lines)
 

@@ -27,7 +27,7 @@ from typing import Any
 from tests.seen.valkey_fixtures import start_server
 
 import valkey
-from benchmarks._common import generated_urls, machine, table, write_section
+from benchmarks._common import generated_urls, machine, table, verdict, write_section
 from urlsieve.fingerprint import canonical_bytes
 from urlsieve.seen import open_seen
 from urlsieve.seen.valkey.bloom import bloom_size, hash_pairs, positions
@@ -195,14 +195,14 @@ def main(argv: list[str] | None = None) -> int:
     shipped = rates[SHIPPED_OURS][0] / rates[SHIPPED_PIPELINED][0]
     verdicts = [
         f"- kind=bloom from one client: {bloom[0]:,.0f} URLs/s — goal ≥ 200,000: "
-        + ("**met**" if bloom[0] >= 200_000 else "**missed**"),
+        + verdict(bloom[0] >= 200_000),
         f"- kind=exact vs scrapy-redis pipelined, as a crawl runs them (each with its own"
         f" fingerprinting from the request): {shipped:.1f}× the speed — goal ≥ 5×: "
-        + ("**met**" if shipped >= 5 else "**missed**"),
+        + verdict(shipped >= 5),
         f"- kind=exact vs SADD pipelined with the same canonicaliser (storage protocol only):"
         f" {speedup:.1f}× the speed",
         f"- kind=exact memory: {exact[2]:.1f} B/URL vs {scrapy[2]:.1f} B/URL, 1/{memory:.1f}"
-        " — goal ≤ 1/5: " + ("**met**" if memory >= 5 else "**missed**"),
+        " — goal ≤ 1/5: " + verdict(memory >= 5),
     ]
     body = "\n".join(
         [
