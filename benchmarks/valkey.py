@@ -47,22 +47,17 @@ def ours(kind: str, capacity: int, url: str, urls: list[str]) -> int:
         return sum(sum(store.add_many(urls[i : i + CALL])) for i in range(0, len(urls), CALL))
 
 
-def scrapy_redis_pipelined(url: str, urls: list[str]) -> int:
-    client = valkey.Valkey.from_url(url)
-    new = 0
-    for i in range(0, len(urls), 1000):
-        pipe = client.pipeline(transaction=False)
-        for u in urls[i : i + 1000]:
-            pipe.sadd("dupefilter", hashlib.sha1(canonical_bytes(u)).hexdigest())
-        new += sum(pipe.execute())
-    return new
+def sha1_of_canonical(url: str) -> str:
+    """scrapy-redis' hex SHA-1, of urlsieve's canonical URL (storage protocol only)."""
+    return hashlib.sha1(canonical_bytes(url)).hexdigest()
 
 
-def scrapy_redis_per_request(url: str, urls: list[str]) -> int:
-    client = valkey.Valkey.from_url(url)
-    return sum(
-        int(client.sadd("dupefilter", hashlib.sha1(canonical_bytes(u)).hexdigest())) for u in urls
-    )
+def scrapy_fingerprint(request: Any) -> str:
+    """scrapy-redis' hex SHA-1 as a crawl makes it: Scrapy's request fingerprint
+    (w3lib's canonicalize_url, method and body, SHA-1)."""
+    from scrapy.utils.request import fingerprint
+
+    return fingerprint(request).hex()
 
 
 def scrapy_requests(urls: list[str]) -> list[Any]:
@@ -72,27 +67,22 @@ def scrapy_requests(urls: list[str]) -> list[Any]:
     return [Request(u) for u in urls]
 
 
-def scrapy_redis_shipped_pipelined(url: str, requests: list[Any]) -> int:
-    """scrapy-redis as a crawl runs it: Scrapy's request fingerprint (w3lib's canonicalize_url
-    and SHA-1), hex, SADD; pipelined ×1000, which scrapy-redis itself does not do."""
-    from scrapy.utils.request import fingerprint
-
+def sadd_pipelined(fingerprint: Callable[[Any], str], url: str, items: list[Any]) -> int:
+    """scrapy-redis' method, pipelined ×1000 (which scrapy-redis itself does not do)."""
     client = valkey.Valkey.from_url(url)
     new = 0
-    for i in range(0, len(requests), 1000):
+    for i in range(0, len(items), 1000):
         pipe = client.pipeline(transaction=False)
-        for r in requests[i : i + 1000]:
-            pipe.sadd("dupefilter", fingerprint(r).hex())
+        for item in items[i : i + 1000]:
+            pipe.sadd("dupefilter", fingerprint(item))
         new += sum(pipe.execute())
     return new
 
 
-def scrapy_redis_shipped_per_request(url: str, requests: list[Any]) -> int:
+def sadd_per_request(fingerprint: Callable[[Any], str], url: str, items: list[Any]) -> int:
     """scrapy-redis' RFPDupeFilter.request_seen: one SADD round trip per request."""
-    from scrapy.utils.request import fingerprint
-
     client = valkey.Valkey.from_url(url)
-    return sum(int(client.sadd("dupefilter", fingerprint(r).hex())) for r in requests)
+    return sum(int(client.sadd("dupefilter", fingerprint(item))) for item in items)
 
 
 def ours_from_requests(kind: str, capacity: int, url: str, requests: list[Any]) -> int:
@@ -157,16 +147,24 @@ def main(argv: list[str] | None = None) -> int:
         ("urlsieve kind=exact", partial(ours, "exact", n), n),
         ("urlsieve kind=bloom (ε=0.001)", partial(ours, "bloom", n), n),
         ("urlsieve kind=dsbf (f_max=0.001)", partial(ours, "dsbf", n), n),
-        ("scrapy-redis SADD sha1 hex, pipelined ×1000", scrapy_redis_pipelined, n),
-        ("scrapy-redis SADD sha1 hex, one per request", scrapy_redis_per_request, args.single),
+        (
+            "scrapy-redis SADD sha1 hex, pipelined ×1000",
+            partial(sadd_pipelined, sha1_of_canonical),
+            n,
+        ),
+        (
+            "scrapy-redis SADD sha1 hex, one per request",
+            partial(sadd_per_request, sha1_of_canonical),
+            args.single,
+        ),
         (
             "per-URL SETBIT Bloom (k SETBIT, 1 round trip/URL)",
             partial(setbit_bloom, n),
             args.single,
         ),
         (SHIPPED_OURS, partial(ours_from_requests, "exact", n), n),
-        (SHIPPED_PIPELINED, scrapy_redis_shipped_pipelined, n),
-        (SHIPPED_SINGLE, scrapy_redis_shipped_per_request, args.single),
+        (SHIPPED_PIPELINED, partial(sadd_pipelined, scrapy_fingerprint), n),
+        (SHIPPED_SINGLE, partial(sadd_per_request, scrapy_fingerprint), args.single),
     ]
     prepare = dict.fromkeys((SHIPPED_OURS, SHIPPED_PIPELINED, SHIPPED_SINGLE), scrapy_requests)
     rows = []
