@@ -308,14 +308,10 @@ class DsbfStore(SnapshotStore[DSBF]):
         return tree
 
     def _encode(self) -> bytes:
-        return self._tree.dump(self._profile.ident)
+        return self._table.dump(self._profile.ident)
 
     @property
     def tree(self) -> DSBF:
-        return self._table
-
-    @property
-    def _tree(self) -> DSBF:
         return self._table
 
     def stats(self) -> StoreStats:
