@@ -14,6 +14,7 @@ Hierarchy::
         ├── ProfileMismatch            a store written under another canonical profile
         ├── StoreReadOnly              a write to a store opened read-only
         ├── StoreFull                  the disk (or a size cap) is full: the write did not happen
+        ├── StoreClosed                an operation on a store after close()
         └── StoreUnavailable           a server that does not answer or refuses
                                        (network, OOM, READONLY)
 
@@ -31,6 +32,7 @@ __all__ = [
     "ProfileMismatch",
     "RuleSyntaxError",
     "SnapshotError",
+    "StoreClosed",
     "StoreCorrupt",
     "StoreError",
     "StoreFull",
@@ -108,6 +110,10 @@ class StoreReadOnly(StoreError):
 
 class StoreFull(StoreError):
     """No space left (disk or size cap): the write did not happen."""
+
+
+class StoreClosed(StoreError):
+    """An operation on a store that has been closed (every backend raises this one)."""
 
 
 class StoreUnavailable(StoreError):
