@@ -22,6 +22,7 @@ EXPECTED = {
     "Rule",
     "RuleSyntaxError",
     "SnapshotError",
+    "StoreClosed",
     "StoreCorrupt",
     "StoreError",
     "StoreFull",
@@ -65,6 +66,7 @@ def test_exception_hierarchy() -> None:
     assert issubclass(exceptions.RuleSyntaxError, ValueError)
     for cls in (
         exceptions.StoreCorrupt,
+        exceptions.StoreClosed,
         exceptions.ProfileMismatch,
         exceptions.StoreReadOnly,
         exceptions.StoreFull,
