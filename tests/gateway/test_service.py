@@ -6,19 +6,25 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote_from_bytes
 
+import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from tests.gateway.servers import free_port
+from urlsieve import Filter
 from urlsieve.gateway.config import GatewayConfig, load_config
-from urlsieve.gateway.service import MAX_BATCH, create_app
+from urlsieve.gateway.service import MAX_BATCH, ServiceLimits, create_app
 from urlsieve.match.snapshot import compile_snapshot
 from urlsieve.rules.model import ALLOW, BLOCK, parse_rule
 
@@ -115,21 +121,58 @@ def test_explain(client: TestClient) -> None:
         ("get", "/v1/explain", {"params": {"url": "data:,x"}}, (422, "invalid_url")),
         ("post", "/v1/check", {"content": b"{not json"}, (400, "invalid_json")),
         ("post", "/v1/check", {"content": b"\xff\xfe"}, (400, "invalid_json")),
-        ("post", "/v1/check", {"json": ["http://a.com/"]}, (422, "invalid_body")),
-        ("post", "/v1/check", {"json": {"urls": "http://a.com/"}}, (422, "invalid_body")),
-        ("post", "/v1/check", {"json": {"urls": [1, 2]}}, (422, "invalid_body")),
+        ("post", "/v1/check", {"json": ["http://a.com/"]}, (400, "invalid_body")),
+        ("post", "/v1/check", {"json": {"urls": "http://a.com/"}}, (400, "invalid_body")),
+        ("post", "/v1/check", {"json": {"urls": [1, 2]}}, (400, "invalid_body")),
+        ("post", "/v1/check", {"json": {"urls": [["http://a.com/"]]}}, (400, "invalid_body")),
+        ("post", "/v1/check", {"json": {"url": ["http://a.com/"]}}, (400, "invalid_body")),
+        # Deep nesting: a RecursionError in the JSON parser (a 500 before).
+        ("post", "/v1/check", {"content": b"[" * 100_000}, (400, "invalid_json")),
+        ("post", "/v1/check", {"content": b'{"urls": ' + b"[" * 5000}, (400, "invalid_json")),
+        # Numbers: no field takes one; long ones are refused before conversion.
+        (
+            "post",
+            "/v1/check",
+            {"content": b'{"urls": [], "n": ' + b"9" * 5000 + b"}"},
+            (400, "invalid_json"),
+        ),
+        ("post", "/v1/check", {"content": b'{"urls": [1e999999]}'}, (400, "invalid_json")),
+        ("post", "/v1/check", {"content": b'{"urls": [NaN]}'}, (400, "invalid_json")),
+        (
+            "post",
+            "/v1/check",
+            {"content": b'{"urls": [], "urls": ["http://a.com/"]}'},
+            (400, "invalid_json"),
+        ),
+        # Not UTF-8 (Latin-1, UTF-16): said with the byte and its offset.
+        (
+            "post",
+            "/v1/check",
+            {"content": b'{"urls": ["http://a.com/\xe9"]}'},
+            (400, "invalid_json"),
+        ),
+        ("post", "/v1/check", {"content": '{"urls": []}'.encode("utf-16")}, (400, "invalid_json")),
+        ("post", "/v1/check", {"content": b""}, (400, "invalid_json")),
+        (
+            "get",
+            "/v1/check",
+            {"params": [("url", "http://a.com/"), ("url", "http://evil.com/")]},
+            (400, "repeated_url"),
+        ),
+        ("get", "/v1/explain", {"params": [("url", "a.com"), ("url", "")]}, (400, "repeated_url")),
+        ("get", "/v1/check?url=http://evil.com/%FF", {}, (400, "invalid_query")),
         # A JSON escape of a lone surrogate: valid JSON, not encodable text.
         (
             "post",
             "/v1/check",
             {"content": rb'{"urls": ["http://a.com/\udc80"]}'},
-            (422, "invalid_body"),
+            (400, "invalid_body"),
         ),
         (
             "post",
             "/v1/seen",
-            {"content": rb'{"urls": ["http://a.com/\udc80"]}'},
-            (422, "invalid_body"),
+            {"content": rb'{"op": "add", "urls": ["http://a.com/\udc80"]}'},
+            (400, "invalid_body"),
         ),
         (
             "post",
@@ -137,8 +180,10 @@ def test_explain(client: TestClient) -> None:
             {"json": {"urls": ["x"] * (MAX_BATCH + 1)}},
             (413, "batch_too_large"),
         ),
-        ("post", "/v1/seen", {"json": {"op": "delete", "urls": []}}, (422, "invalid_body")),
-        ("post", "/v1/seen", {"json": {"urls": ["javascript:x"]}}, (422, "invalid_url")),
+        ("post", "/v1/seen", {"json": {"op": "delete", "urls": []}}, (400, "invalid_body")),
+        ("post", "/v1/seen", {"json": {"op": ["add"], "urls": []}}, (400, "invalid_body")),
+        # A missing op is an error, not an "add" (which would mark URLs seen by surprise).
+        ("post", "/v1/seen", {"json": {"urls": ["http://a.com/"]}}, (400, "invalid_body")),
         ("get", "/v1/nothing", {}, (404, "not_found")),
         ("delete", "/v1/check", {}, (405, "method_not_allowed")),
         ("post", "/v1/reload", {}, (401, "unauthorized")),
@@ -171,7 +216,7 @@ def test_seen_add_and_test(client: TestClient) -> None:
     urls = ["http://a.com/x", "HTTP://A.COM:80/x", "http://b.com/"]
     r = client.post("/v1/seen", json={"op": "test", "urls": urls})
     assert r.json() == {"op": "test", "seen": [False, False, False]}
-    r = client.post("/v1/seen", json={"urls": urls})  # op defaults to add
+    r = client.post("/v1/seen", json={"op": "add", "urls": urls})
     assert r.json() == {"op": "add", "new": [True, False, True]}
     r = client.post("/v1/seen", json={"op": "test", "urls": [*urls, "http://c.com/"]})
     assert r.json()["seen"] == [True, True, True, False]
@@ -278,6 +323,251 @@ def test_service_from_lists(tmp_path: Path) -> None:
     with TestClient(create_app(config)) as c:
         assert c.get("/v1/check", params={"url": "http://evil.com/"}).json()["action"] == "block"
         assert c.get("/healthz").json()["rules"]["source"] == "lists"
+
+
+def test_seen_answers_each_url_and_reports_bad_ones_in_place(client: TestClient) -> None:
+    # One bad URL used to fail the whole batch (422) and mark nothing.
+    urls = ["http://a.com/", "javascript:alert(1)", "http://b.com/", "http://a.com:80/"]
+    r = client.post("/v1/seen", json={"op": "add", "urls": urls})
+    assert r.status_code == 200
+    new = r.json()["new"]
+    assert [new[0], new[2], new[3]] == [True, True, False]
+    assert new[1]["url"] == "javascript:alert(1)" and new[1]["error"] == "invalid_url"
+    assert new[1]["detail"]
+    seen = client.post("/v1/seen", json={"op": "test", "urls": urls}).json()["seen"]
+    assert [seen[0], seen[2], seen[3]] == [True, True, True]
+    assert seen[1]["error"] == "invalid_url"
+    text = client.get("/metrics").text
+    assert 'urlsieve_seen_total{op="add",result="true"} 2' in text
+    assert 'urlsieve_seen_total{op="add",result="false"} 1' in text
+
+
+# -- the body is read against a cap, chunk by chunk ----------------------------------------
+
+
+def _post_chunks(
+    app: Any, chunks: int, size: int, headers: list[tuple[bytes, bytes]] | None = None
+) -> tuple[int, dict[str, Any], int, list[tuple[bytes, bytes]]]:
+    """POST /v1/check as ``chunks`` body messages of ``size`` bytes, straight to the ASGI app.
+
+    Returns the status, the JSON body, how many body messages the app asked for, and
+    the response headers.
+    """
+    received = 0
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal received
+        received += 1
+        return {"type": "http.request", "body": b"x" * size, "more_body": received < chunks}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/check",
+        "raw_path": b"/v1/check",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers or [],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8399),
+    }
+
+    async def run() -> None:
+        async with app.router.lifespan_context(app):
+            await app(scope, receive, send)
+
+    anyio.run(run)
+    start, body = sent[0], b"".join(m.get("body", b"") for m in sent[1:])
+    return start["status"], json.loads(body), received, start["headers"]
+
+
+def test_body_over_the_cap_is_refused_while_it_is_read(snapshot: Path) -> None:
+    # 1,000 chunks of 1 KiB against a 4 KiB cap: the service stops after the fifth
+    # (it used to read the whole body, then compare its size).
+    app = create_app(config_for(snapshot), limits=ServiceLimits(max_body=4096))
+    status, body, received, headers = _post_chunks(app, chunks=1000, size=1024)
+    assert (status, body["error"]) == (413, "body_too_large")
+    assert "4096 bytes" in body["detail"]
+    assert received == 5
+    assert (b"connection", b"close") in headers
+
+
+def test_declared_length_over_the_cap_is_refused_before_reading(snapshot: Path) -> None:
+    app = create_app(config_for(snapshot), limits=ServiceLimits(max_body=4096))
+    for declared in (b"4097", b"9" * 40):
+        status, body, received, _ = _post_chunks(
+            app, chunks=1000, size=1024, headers=[(b"content-length", declared)]
+        )
+        assert (status, body["error"], received) == (413, "body_too_large", 0)
+    status, body, received, _ = _post_chunks(
+        app, chunks=1, size=10, headers=[(b"content-length", b"\xd9\xa3")]
+    )
+    assert (status, body["error"], received) == (400, "invalid_content_length", 0)
+
+
+def test_a_body_at_the_cap_is_read(snapshot: Path) -> None:
+    app = create_app(config_for(snapshot), limits=ServiceLimits(max_body=4096))
+    status, body, received, _ = _post_chunks(app, chunks=4, size=1024)
+    assert (status, body["error"], received) == (400, "invalid_json", 4)  # read, then parsed
+
+
+# -- no request bytes give a 5xx ------------------------------------------------------------
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=12,
+)
+_urls = st.text(max_size=60) | st.sampled_from(
+    ["http://evil.com/", "HTTP://A.com:80/x?y#z", "javascript:x", "http://[::1]:99/", "a" * 300]
+)
+_bodies = st.one_of(
+    st.binary(max_size=300),
+    _json_values.map(lambda v: json.dumps(v).encode()),
+    st.builds(
+        lambda op, urls, extra: json.dumps({"op": op, "urls": urls, **extra}).encode(),
+        st.sampled_from(["add", "test", None, 1, "", "ADD"]),
+        st.lists(_urls | _json_values, max_size=5),
+        st.dictionaries(st.text(max_size=4), _json_values, max_size=2),
+    ),
+    st.binary(max_size=50).map(lambda b: b'{"op": "add", "urls": ["' + b + b'"]}'),
+)
+_queries = st.one_of(
+    st.text(alphabet="url=&%+;#?/:.aeFF09 \\", max_size=40),
+    st.lists(st.binary(max_size=60).map(quote_from_bytes), max_size=3).map(
+        lambda values: "&".join("url=" + v for v in values)
+    ),
+)
+_METHODS = ["GET", "POST", "PUT", "HEAD", "OPTIONS", "FOO", "get", "M-SEARCH"]
+_PATHS = ["/v1/check", "/v1/explain", "/v1/seen", "/v1/reload", "/metrics", "/healthz", "/x"]
+
+
+def test_no_request_bytes_give_a_server_error(snapshot: Path) -> None:
+    config = config_for(snapshot, reload_check_seconds=3600)
+    with TestClient(create_app(config, limits=ServiceLimits(max_body=1 << 16))) as c:
+
+        @given(
+            method=st.sampled_from(_METHODS),
+            path=st.sampled_from(_PATHS),
+            query=_queries,
+            body=_bodies,
+        )
+        def answer(method: str, path: str, query: str, body: bytes) -> None:
+            r = c.request(method, f"{path}?{query}", content=body)
+            assert r.status_code < 500, (r.status_code, r.text)
+            if r.status_code >= 400 and method != "HEAD":
+                error = r.json()
+                assert isinstance(error["error"], str) and isinstance(error["detail"], str)
+
+        answer()
+
+
+# -- metrics: bounded labels, and every reload counted -----------------------------------------
+
+
+def test_metric_labels_stay_bounded_whatever_the_method(client: TestClient) -> None:
+    for i in range(20):
+        client.request(f"X-METHOD-{i}", "/v1/check")
+        client.request("GET", f"/random/{i}")
+    text = client.get("/metrics").text
+    assert "X-METHOD" not in text and "/random/" not in text
+    assert (
+        'urlsieve_http_requests_total{endpoint="/v1/check",method="other",status="405"} 20' in text
+    )
+    assert 'urlsieve_http_requests_total{endpoint="other",method="GET",status="404"} 20' in text
+
+
+def _metric(client: TestClient, line: str) -> int:
+    for sample in client.get("/metrics").text.splitlines():
+        if sample.startswith(line + " "):
+            return int(sample.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {line} in /metrics")
+
+
+def _wait_for(client: TestClient, line: str, value: int) -> None:
+    for _ in range(200):  # the reloader checks the file every 0.1 s: at most ~20 s
+        if _metric(client, line) == value:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{line} never reached {value}")
+
+
+def test_file_change_reloads_are_counted_failed_ones_too(snapshot: Path) -> None:
+    # Only API reloads used to be counted, so a broken snapshot deployed by file
+    # change could not alert.
+    ok, failed = 'urlsieve_reloads_total{result="ok"}', 'urlsieve_reloads_total{result="failed"}'
+    with TestClient(create_app(config_for(snapshot, reload_check_seconds=0))) as c:
+        assert (_metric(c, ok), _metric(c, failed)) == (0, 0)
+        bad = snapshot.with_suffix(".new")
+        bad.write_bytes(b"not a snapshot at all" * 20)
+        os.replace(bad, snapshot)
+        _wait_for(c, failed, 1)
+        assert c.get("/v1/check", params={"url": "http://evil.com/"}).json()["action"] == "block"
+        compile_snapshot(rules(extra=True), snapshot)
+        _wait_for(c, ok, 1)
+        assert (
+            c.get("/v1/check", params={"url": "http://new-threat.org/"}).json()["action"] == "block"
+        )
+        c.post("/v1/reload", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert (_metric(c, ok), _metric(c, failed)) == (2, 1)
+
+
+# -- checks off the event loop ------------------------------------------------------------------
+
+
+class _ThreadRecorder:
+    """A Filter stand-in recording the thread each check runs in."""
+
+    def __init__(self) -> None:
+        self.inner = Filter.from_rules(["evil.com"])
+        self.threads: set[int] = set()
+
+    def check(self, url: str) -> Any:
+        self.threads.add(threading.get_ident())
+        return self.inner.check(url)
+
+    def explain(self, url: str) -> Any:
+        self.threads.add(threading.get_ident())
+        return self.inner.explain(url)
+
+
+def _loop_thread(c: TestClient) -> int:
+    async def ident() -> int:
+        return threading.get_ident()
+
+    assert c.portal is not None
+    return c.portal.call(ident)
+
+
+@pytest.mark.parametrize(
+    ("request_", "off_loop"),
+    [
+        (("get", "/v1/check", {"params": {"url": "http://evil.com/x"}}), False),
+        (("post", "/v1/check", {"json": {"urls": ["http://evil.com/"] * 10}}), False),
+        (("post", "/v1/check", {"json": {"urls": ["http://evil.com/"] * 2000}}), True),
+        (("post", "/v1/check", {"json": {"urls": ["http://evil.com/" + "a" * 20_000]}}), True),
+        (("get", "/v1/check", {"params": {"url": "http://evil.com/" + "a" * 20_000}}), True),
+        (("get", "/v1/explain", {"params": {"url": "http://evil.com/" + "a" * 20_000}}), True),
+    ],
+)
+def test_large_work_runs_off_the_event_loop(
+    snapshot: Path, request_: tuple[str, str, dict[str, Any]], off_loop: bool
+) -> None:
+    recorder = _ThreadRecorder()
+    app = create_app(config_for(snapshot), load=lambda: recorder)  # type: ignore[arg-type,return-value]
+    with TestClient(app) as c:
+        method, path, kwargs = request_
+        assert getattr(c, method)(path, **kwargs).status_code == 200
+        loop = _loop_thread(c)
+    assert recorder.threads
+    assert (loop not in recorder.threads) is off_loop
 
 
 # -- a real uvicorn --------------------------------------------------------------------
