@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -588,19 +592,10 @@ def _get(
             return exc.code, json.loads(exc.read())
 
 
-@pytest.fixture
-def uvicorn_server(snapshot: Path, tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    config = tmp_path / "urlsieve.toml"
-    config.write_text(
-        f'[rules]\nsnapshot = "{snapshot}"\n[service]\nbind = "127.0.0.1:{port}"\n'
-        f'token = "{TOKEN}"\nseen_store = "memory:"\n'
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "urlsieve", "serve", "--config", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+@contextlib.contextmanager
+def running(argv: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """A service process started with ``argv``, once /healthz answers on ``port``."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(200):
@@ -613,12 +608,33 @@ def uvicorn_server(snapshot: Path, tmp_path: Path) -> Iterator[str]:
                 time.sleep(0.05)
         else:
             raise RuntimeError("uvicorn did not start")
-        yield base
+        yield proc
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         if proc.stderr:
             proc.stderr.close()
+
+
+@pytest.fixture
+def uvicorn_process(
+    snapshot: Path, tmp_path: Path
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``urlsieve serve`` in its own process; the file watcher is off (SIGHUP or API only)."""
+    port = free_port()
+    config = tmp_path / "urlsieve.toml"
+    config.write_text(
+        f'[rules]\nsnapshot = "{snapshot}"\n[squid]\nreload_check_seconds = 3600\n'
+        f'[service]\nbind = "127.0.0.1:{port}"\ntoken = "{TOKEN}"\nseen_store = "memory:"\n'
+    )
+    argv = [sys.executable, "-m", "urlsieve", "serve", "--config", str(config)]
+    with running(argv, port) as proc:
+        yield f"http://127.0.0.1:{port}", proc
+
+
+@pytest.fixture
+def uvicorn_server(uvicorn_process: tuple[str, subprocess.Popen[bytes]]) -> str:
+    return uvicorn_process[0]
 
 
 def test_real_uvicorn(uvicorn_server: str, snapshot: Path) -> None:
@@ -641,3 +657,140 @@ def test_real_uvicorn(uvicorn_server: str, snapshot: Path) -> None:
     assert body["action"] == "block"
     status, text = _get(uvicorn_server + "/metrics")
     assert status == 200 and 'urlsieve_reloads_total{result="ok"} 1' in text
+
+
+def _action(base: str, url: str) -> str:
+    status, body = _get(base + "/v1/check?url=" + urllib.parse.quote(url, safe=""))
+    assert status == 200, body
+    action: str = body["action"]
+    return action
+
+
+def test_sighup_reloads_and_the_process_lives(
+    uvicorn_process: tuple[str, subprocess.Popen[bytes]], snapshot: Path
+) -> None:
+    # uvicorn does not handle SIGHUP: `urlsieve serve` used to die of it.
+    base, proc = uvicorn_process
+    assert _action(base, "http://new-threat.org/") == "none"
+    compile_snapshot(rules(extra=True), snapshot)
+    proc.send_signal(signal.SIGHUP)
+    for _ in range(100):  # bounded: at most ~10 s
+        if _action(base, "http://new-threat.org/") == "block":
+            break
+        time.sleep(0.1)
+    assert _action(base, "http://new-threat.org/") == "block"
+    assert proc.poll() is None
+    assert 'urlsieve_reloads_total{result="ok"} 1' in _get(base + "/metrics")[1]
+    # A broken snapshot and SIGHUP: the old rules stay, the failure is counted.
+    bad = snapshot.with_suffix(".new")
+    bad.write_bytes(b"not a snapshot" * 40)
+    os.replace(bad, snapshot)
+    proc.send_signal(signal.SIGHUP)
+    for _ in range(100):
+        if 'urlsieve_reloads_total{result="failed"} 1' in _get(base + "/metrics")[1]:
+            break
+        time.sleep(0.1)
+    assert 'urlsieve_reloads_total{result="failed"} 1' in _get(base + "/metrics")[1]
+    assert _action(base, "http://new-threat.org/") == "block"
+    assert proc.poll() is None
+
+
+# -- uvicorn's edges: header timeout, connection cap, body timeout (raw sockets) -------------
+
+_GUARDED = """
+import sys
+from urlsieve.gateway.config import load_config
+from urlsieve.gateway.server import serve
+from urlsieve.gateway.service import ServiceLimits, create_app
+
+snapshot, port, header_timeout, max_connections = sys.argv[1:]
+config = load_config(None, env={}, overrides={"snapshot": snapshot})
+limits = ServiceLimits(
+    header_timeout=float(header_timeout),
+    body_timeout=float(header_timeout),
+    max_connections=int(max_connections),
+)
+serve(create_app(config, limits=limits), "127.0.0.1", int(port), limits=limits)
+"""
+
+
+@contextlib.contextmanager
+def guarded_server(snapshot: Path, header_timeout: float, max_connections: int) -> Iterator[int]:
+    port = free_port()
+    argv = [sys.executable, "-c", _GUARDED, str(snapshot), str(port)]
+    with running([*argv, str(header_timeout), str(max_connections)], port):
+        yield port
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes (the socket has a timeout)."""
+    chunks = []
+    while chunk := sock.recv(4096):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _read_response(sock: socket.socket) -> bytes:
+    """One whole response (status line, headers, Content-Length bytes of body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(4096)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        body += sock.recv(4096)
+    return head + b"\r\n\r\n" + body
+
+
+def test_slow_headers_are_cut_off(snapshot: Path) -> None:
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: slowloris\r\n\r\n"
+    with guarded_server(snapshot, header_timeout=0.5, max_connections=50) as port:
+        # One byte every 0.1 s: the headers would take 5 s, the server gives 0.5 s.
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sent = 0
+            for byte in request:
+                try:
+                    sock.sendall(bytes([byte]))
+                except OSError:  # reset once the server closed
+                    break
+                sent += 1
+                time.sleep(0.1)
+            reply = _read_all(sock)
+        assert sent < len(request)
+        assert reply.startswith(b"HTTP/1.1 408 ") and b"header_timeout" in reply
+        # A client that connects and says nothing is cut off too.
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            assert _read_all(sock).startswith(b"HTTP/1.1 408 ")
+        # A slow body: 10 of 100 bytes, then silence.
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(
+                b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b"{" * 10
+            )
+            reply = _read_all(sock)
+        assert reply.startswith(b"HTTP/1.1 408 ") and b"body_timeout" in reply
+        # A prompt client on a kept-alive connection is served, twice.
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            for _ in range(2):
+                sock.sendall(request)
+                assert _read_response(sock).startswith(b"HTTP/1.1 200 ")
+
+
+def test_connections_over_the_cap_are_refused(snapshot: Path) -> None:
+    with guarded_server(snapshot, header_timeout=30, max_connections=3) as port:
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
+                reply = _read_all(extra)
+            assert reply.startswith(b"HTTP/1.1 503 ") and b"too_many_connections" in reply
+            held.pop().close()
+            for _ in range(50):  # the server notices the close shortly: bounded retries
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                    if _read_response(sock).startswith(b"HTTP/1.1 200 "):
+                        break
+                time.sleep(0.1)
+            else:
+                raise AssertionError("a freed connection slot was never reused")
+        finally:
+            for sock in held:
+                sock.close()
