@@ -523,6 +523,33 @@ def test_file_change_reloads_are_counted_failed_ones_too(snapshot: Path) -> None
         assert (_metric(c, ok), _metric(c, failed)) == (2, 1)
 
 
+def test_the_reloader_outlives_any_load_error(snapshot: Path) -> None:
+    calls = {"n": 0, "broken": False}
+
+    def load() -> Filter:
+        calls["n"] += 1
+        if calls["broken"]:
+            raise RuntimeError("a bug in a loader")
+        return Filter.load(snapshot)
+
+    log: list[str] = []
+    config = config_for(snapshot, reload_check_seconds=0)
+    with TestClient(create_app(config, load=load, log=log.append)) as c:
+        calls["broken"] = True
+        compile_snapshot(rules(extra=True), snapshot)
+        for _ in range(200):  # bounded: until the reloader has tried the broken load
+            if calls["n"] > 1:
+                break
+            time.sleep(0.05)
+        assert c.get("/v1/check", params={"url": "http://evil.com/"}).json()["action"] == "block"
+        calls["broken"] = False
+        _wait_for(c, 'urlsieve_reloads_total{result="ok"}', 1)
+        assert (
+            c.get("/v1/check", params={"url": "http://new-threat.org/"}).json()["action"] == "block"
+        )
+    assert any("a bug in a loader" in line for line in log)
+
+
 # -- checks off the event loop ------------------------------------------------------------------
 
 

@@ -114,9 +114,15 @@ class Reloader:
     :class:`LiveRules` (``reloads``, ``failed_reloads``), whatever started it.
     """
 
-    def __init__(self, rules: LiveRules[Filter], check_seconds: float) -> None:
+    def __init__(
+        self,
+        rules: LiveRules[Filter],
+        check_seconds: float,
+        log: Callable[[str], None] = lambda _msg: None,
+    ) -> None:
         self.rules = rules
         self.check_seconds = max(check_seconds, MIN_CHECK_SECONDS)
+        self._log = log
         self._lock = anyio.Lock()
         self._wake = anyio.Event()
 
@@ -130,7 +136,10 @@ class Reloader:
             with anyio.move_on_after(self.check_seconds):
                 await self._wake.wait()
             self._wake = anyio.Event()
-            await self.poll()
+            try:
+                await self.poll()
+            except Exception as exc:  # the reloader must outlive any load error
+                self._log(f"reload check failed, keeping the rules: {type(exc).__name__}: {exc}")
 
     async def poll(self) -> bool:
         async with self._lock:
@@ -441,9 +450,10 @@ async def check_batch(request: Request) -> Response:
     state = _state(request)
     urls = _url_list(await _json_body(request, state.limits))
     rules = _rules(state)
-    results = await _off_loop(_chars(urls), _check_batch, rules, urls)
+    cost = _chars(urls)
+    results = await _off_loop(cost, _check_batch, rules, urls)
     _count(state, results)
-    return JSONResponse({"results": results})
+    return await _off_loop(cost, JSONResponse, {"results": results})
 
 
 async def explain(request: Request) -> Response:
@@ -494,7 +504,7 @@ async def seen(request: Request) -> Response:
         raise ApiError(503, "store_unavailable", str(exc)) from None
     state.metrics.count_seen(op, (r for r in results if isinstance(r, bool)))
     key = "new" if op == "add" else "seen"
-    return JSONResponse({"op": op, key: results})
+    return await _off_loop(_chars(urls), JSONResponse, {"op": op, key: results})
 
 
 async def metrics(request: Request) -> Response:
@@ -663,7 +673,7 @@ def create_app(
                 store = open_seen(config.seen_store)
             except (StoreError, ConfigError) as exc:
                 raise ConfigError(f"service.seen_store {config.seen_store!r}: {exc}") from exc
-        reloader = Reloader(rules, config.reload_check_seconds)
+        reloader = Reloader(rules, config.reload_check_seconds, log)
         app.state.urlsieve = ServiceState(rules, Metrics(), store, token, caps, reloader)
         try:
             async with anyio.create_task_group() as tasks, _sighup(reloader, reload_on_sighup):
