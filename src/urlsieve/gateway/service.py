@@ -63,7 +63,7 @@ T = TypeVar("T")
 MAX_BATCH = 10_000
 #: Work up to this size (URLs, characters) is done on the event loop; more goes to a thread.
 INLINE_BATCH = 256
-INLINE_CHARS = 16_384
+INLINE_CHARS = 8_192
 #: The longest number a body may hold (no field takes a number; this only bounds parsing).
 MAX_NUMBER_DIGITS = 64
 #: The file-change check never runs more often than this, whatever reload_check_seconds says.
