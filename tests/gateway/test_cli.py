@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
 
+from tests.gateway.servers import free_port
 from urlsieve import Filter
 from urlsieve.cli import main
 from urlsieve.match.snapshot import FORMAT_VERSION, read_snapshot_info
@@ -138,3 +140,42 @@ def test_compile_to_an_unwritable_place_is_a_clear_error(
         assert main(["compile", "--lists", str(lists), "-o", str(target)]) == 2
         err = capsys.readouterr().err
         assert "cannot write" in err and "Traceback" not in err
+
+
+# -- serve ---------------------------------------------------------------------------------
+
+
+def test_serve_on_a_port_in_use_exits_2_not_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 3 means "blocked" for `check`; uvicorn used to exit 3 for "address in use".
+    snapshot = tmp_path / "rules.snap"
+    assert main(["compile", "--lists", str(SAMPLE), "-o", str(snapshot)]) == 0
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        status = main(["serve", "--snapshot", str(snapshot), "--bind", f"127.0.0.1:{port}"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert f"service.bind=127.0.0.1:{port}: cannot listen" in err
+
+
+def test_serve_that_cannot_start_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshot = tmp_path / "rules.snap"
+    assert main(["compile", "--lists", str(SAMPLE), "-o", str(snapshot)]) == 0
+    store = f"exact:{tmp_path / 'missing' / 'dir' / 'seen.exact'}"
+    argv = ["serve", "--snapshot", str(snapshot), "--seen-store", store]
+    status = main([*argv, "--bind", f"127.0.0.1:{free_port()}", "--log-level", "critical"])
+    assert status == 2
+    assert "the service did not start" in capsys.readouterr().err
+
+
+def test_serve_help_documents_its_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "SIGHUP reloads the rules" in out
+    assert "2 for a configuration error, an address that cannot be bound" in out

@@ -11,6 +11,9 @@ from urlsieve.cli._gateway import add_rule_options, rule_overrides
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import load_config, parse_bind
 
+#: Exit status when the application could not start (e.g. the seen store cannot be opened).
+STARTUP_FAILED = 2
+
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
@@ -18,8 +21,14 @@ def register(sub: Any) -> None:
         help="run the HTTP lookup service",
         description=(
             "Serve GET/POST /v1/check, GET /v1/explain, POST /v1/seen, GET /metrics, "
-            "GET /healthz and POST /v1/reload (token) on uvicorn. Needs "
+            "GET /healthz and POST /v1/reload (token) on uvicorn. SIGHUP reloads the "
+            "rules (the old ones stay on failure); SIGINT/SIGTERM stop. Needs "
             "pip install 'urlsieve[service]'."
+        ),
+        epilog=(
+            "Exit status: 0 after SIGINT/SIGTERM; 2 for a configuration error, an "
+            "address that cannot be bound (e.g. already in use) or an application that "
+            "does not start (never 3, which means 'blocked' for check)."
         ),
     )
     add_rule_options(p)
@@ -37,9 +46,8 @@ def run(args: argparse.Namespace) -> int:
     }
     config = load_config(args.config, env=os.environ, overrides=overrides)
     try:
-        import uvicorn
-
-        from urlsieve.gateway.service import create_app
+        from urlsieve.gateway.server import serve
+        from urlsieve.gateway.service import ServiceLimits, create_app
     except ImportError as exc:
         raise ConfigError(
             f"the service needs its extra: pip install 'urlsieve[service]' ({exc})"
@@ -49,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     def log(message: str) -> None:
         print(f"urlsieve serve: {message}", file=sys.stderr, flush=True)
 
-    app = create_app(config, log=log)
-    uvicorn.run(app, host=host, port=port, log_level=args.log_level, lifespan="on")
+    limits = ServiceLimits()
+    app = create_app(config, log=log, limits=limits, reload_on_sighup=True)
+    if not serve(app, host, port, limits=limits, log_level=args.log_level, log=log):
+        log("the service did not start (the error is above)")
+        return STARTUP_FAILED
     return 0

@@ -1,6 +1,8 @@
 """Prometheus metrics of the lookup service, in the text exposition format (0.0.4).
 
-No client library: a few counters and one histogram, rendered on request.
+No client library: a few counters and one histogram, rendered on request. Every
+label value comes from a bounded set (endpoints and methods are mapped to ``other``
+by the caller and here; categories come from the loaded rules, not from requests).
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-__all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS", "Metrics"]
+__all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS", "METHODS", "Metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: HTTP methods counted under their own name; any other is counted as ``other``, so
+#: a client cannot create a label value (and a time series) per request.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 
 #: Upper bounds (seconds) of the latency histogram's buckets.
 LATENCY_BUCKETS = (
@@ -70,11 +76,12 @@ class Metrics:
         self.requests: Counter[tuple[str, str, int]] = Counter()
         self.decisions: Counter[tuple[str, str]] = Counter()
         self.seen_ops: Counter[tuple[str, str]] = Counter()
-        self.reloads: Counter[str] = Counter()
         self._latency: dict[str, _Histogram] = {}
         self.started = time.time()
 
     def observe_request(self, endpoint: str, method: str, status: int, seconds: float) -> None:
+        """Count and time one request; ``endpoint`` must come from a bounded set."""
+        method = method if method in METHODS else "other"
         with self._lock:
             self.requests[(endpoint, method, status)] += 1
             hist = self._latency.get(endpoint)
@@ -92,12 +99,12 @@ class Metrics:
             for flag in results:
                 self.seen_ops[(op, "true" if flag else "false")] += 1
 
-    def count_reload(self, result: str) -> None:
-        with self._lock:
-            self.reloads[result] += 1
+    def render(self, rules: Mapping[str, float | str | None], reloads: Mapping[str, int]) -> str:
+        """The exposition text.
 
-    def render(self, rules: Mapping[str, float | str | None]) -> str:
-        """The exposition text; ``rules`` describes the loaded rule set (see the service)."""
+        ``rules`` describes the loaded rule set (see the service); ``reloads`` counts
+        the reloads since start by result (``ok``, ``failed``), whatever started them.
+        """
         out: list[str] = []
 
         def family(name: str, kind: str, help_text: str) -> None:
@@ -118,8 +125,12 @@ class Metrics:
             family("urlsieve_seen_total", "counter", "Seen-store answers by operation and result")
             for (op, result), n in sorted(self.seen_ops.items()):
                 out.append(f"urlsieve_seen_total{_labels({'op': op, 'result': result})} {n}")
-            family("urlsieve_reloads_total", "counter", "Rule reloads by result")
-            for result, n in sorted(self.reloads.items()):
+            family(
+                "urlsieve_reloads_total",
+                "counter",
+                "Rule reloads (file change, SIGHUP, API) by result",
+            )
+            for result, n in sorted(reloads.items()):
                 out.append(f"urlsieve_reloads_total{_labels({'result': result})} {n}")
             family(
                 "urlsieve_http_request_duration_seconds",

@@ -13,24 +13,33 @@ Endpoints (the OpenAPI document is served at ``/openapi.json``):
 =====================  ==============================================================
 
 Every error is a JSON body ``{"error": code, "detail": text}`` with a 4xx status
-for a bad request (a 5xx only for the server's own state, e.g. no rules loaded).
-The rules and the seen store are created in the lifespan, not at import.
+for a bad request, whatever its bytes (a 5xx only for the server's own state, e.g.
+no rules loaded). The body is read against :class:`ServiceLimits` (size, time) and
+parsed strictly (UTF-8, no duplicate keys, no ``NaN``, bounded numbers and nesting).
+The rules, their reloader and the seen store are created in the lifespan, not at
+import; reloads (file change, SIGHUP, ``POST /v1/reload``) run off the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
+import math
+import signal
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, TypeVar
+from urllib.parse import unquote_to_bytes
 
+import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -38,6 +47,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from urlsieve import __version__
 from urlsieve.exceptions import ConfigError, InvalidURL, StoreError
 from urlsieve.filter import Filter
+from urlsieve.fingerprint import canonical_bytes
 from urlsieve.gateway.config import GatewayConfig
 from urlsieve.gateway.live import LiveRules, NoRules
 from urlsieve.gateway.metrics import CONTENT_TYPE, Metrics
@@ -46,12 +56,41 @@ from urlsieve.match.base import Explanation, Verdict
 from urlsieve.rules.model import Rule
 from urlsieve.seen import SeenStore, open_seen
 
-__all__ = ["MAX_BATCH", "ServiceState", "create_app"]
+__all__ = ["MAX_BATCH", "ServiceLimits", "ServiceState", "create_app"]
+
+T = TypeVar("T")
 
 MAX_BATCH = 10_000
-#: Batches larger than this are checked in a worker thread, not on the event loop.
+#: Work up to this size (URLs, characters) is done on the event loop; more goes to a thread.
 INLINE_BATCH = 256
-MAX_BODY = 8 << 20
+INLINE_CHARS = 8_192
+#: The longest number a body may hold (no field takes a number; this only bounds parsing).
+MAX_NUMBER_DIGITS = 64
+#: The file-change check never runs more often than this, whatever reload_check_seconds says.
+MIN_CHECK_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class ServiceLimits:
+    """The service's hard caps; the defaults are documented in the README (Lookup service).
+
+    ``max_body`` and ``body_timeout`` are enforced by the application; the others by
+    the server (:mod:`urlsieve.gateway.server`, ``urlsieve serve``).
+    """
+
+    #: Bytes of a request body; a larger one is refused (413) before or while it is read.
+    max_body: int = 8 << 20
+    #: Seconds to receive a whole request body (408 after).
+    body_timeout: float = 30.0
+    #: Seconds from connecting (or from the first byte of the next request) to the end of
+    #: the request headers; a slower client gets 408 and is disconnected.
+    header_timeout: float = 10.0
+    #: Open connections; one more is answered 503 and closed at once.
+    max_connections: int = 512
+    #: Bytes of a request line and headers (uvicorn's h11_max_incomplete_event_size).
+    max_header_bytes: int = 64 << 10
+    #: Seconds an idle keep-alive connection is kept open.
+    keep_alive: int = 5
 
 
 @dataclass
@@ -62,18 +101,67 @@ class ServiceState:
     metrics: Metrics
     seen: SeenStore | None
     token: str | None
+    limits: ServiceLimits = field(default_factory=ServiceLimits)
+    reloader: Reloader | None = None
+
+
+class Reloader:
+    """Reloads the rules off the event loop, one reload at a time.
+
+    :meth:`run` checks the watched snapshot every ``check_seconds`` and reloads at
+    once after :meth:`request` (the SIGHUP handler); ``POST /v1/reload`` goes
+    through :meth:`reload`. Every reload except the first load is counted by
+    :class:`LiveRules` (``reloads``, ``failed_reloads``), whatever started it.
+    """
+
+    def __init__(
+        self,
+        rules: LiveRules[Filter],
+        check_seconds: float,
+        log: Callable[[str], None] = lambda _msg: None,
+    ) -> None:
+        self.rules = rules
+        self.check_seconds = max(check_seconds, MIN_CHECK_SECONDS)
+        self._log = log
+        self._lock = anyio.Lock()
+        self._wake = anyio.Event()
+
+    def request(self) -> None:
+        """Reload as soon as possible (call on the event loop, e.g. from a signal handler)."""
+        self.rules.request_reload()
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            with anyio.move_on_after(self.check_seconds):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+            try:
+                await self.poll()
+            except Exception as exc:  # the reloader must outlive any load error
+                self._log(f"reload check failed, keeping the rules: {type(exc).__name__}: {exc}")
+
+    async def poll(self) -> bool:
+        async with self._lock:
+            return await run_in_threadpool(self.rules.poll)
+
+    async def reload(self) -> bool:
+        async with self._lock:
+            return await run_in_threadpool(self.rules.reload)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, detail: str) -> None:
+    def __init__(self, status: int, code: str, detail: str, *, close: bool = False) -> None:
         self.status = status
         self.code = code
         self.detail = detail
+        self.close = close  # ask the server to close the connection (unread body)
         super().__init__(detail)
 
 
-def _error(status: int, code: str, detail: str) -> JSONResponse:
-    return JSONResponse({"error": code, "detail": detail}, status_code=status)
+def _error(status: int, code: str, detail: str, *, close: bool = False) -> JSONResponse:
+    headers = {"connection": "close"} if close else None
+    return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
 
 
 def rule_json(rule: Rule | None) -> dict[str, Any] | None:
@@ -109,54 +197,225 @@ def explanation_json(explanation: Explanation) -> dict[str, Any]:
     }
 
 
+def invalid_url_json(url: str, exc: InvalidURL) -> dict[str, Any]:
+    """A batch item's result for a URL the canonicaliser rejects."""
+    return {"url": url, "error": "invalid_url", "detail": exc.reason}
+
+
 def _state(request: Request) -> ServiceState:
     state: ServiceState = request.app.state.urlsieve
     return state
 
 
 def _rules(state: ServiceState) -> Filter:
-    state.rules.poll()
     try:
         return state.rules.get()
     except NoRules as exc:
         raise ApiError(503, "no_rules", str(exc)) from None
 
 
+async def _off_loop(cost: int, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, in a worker thread when ``cost`` (characters) is large."""
+    if cost > INLINE_CHARS:
+        return await run_in_threadpool(fn, *args)
+    return fn(*args)
+
+
+# -- reading requests -----------------------------------------------------------------
+
+
+def _query_values(query: bytes, name: bytes) -> list[bytes]:
+    """Every value of ``name`` in a query string, percent-decoded to bytes (linear)."""
+    values = []
+    for field_ in query.split(b"&"):
+        key, _, value = field_.partition(b"=")
+        if unquote_to_bytes(key.replace(b"+", b" ")) == name:
+            values.append(unquote_to_bytes(value.replace(b"+", b" ")))
+    return values
+
+
 def _url_param(request: Request) -> str:
-    url = request.query_params.get("url")
-    if url is None or not url.strip():
+    """The one ``?url=`` parameter, percent-decoded as UTF-8."""
+    values = _query_values(request.scope.get("query_string", b""), b"url")
+    if len(values) > 1:
+        raise ApiError(
+            400,
+            "repeated_url",
+            f"?url= is given {len(values)} times: pass one URL (POST /v1/check takes a batch)",
+        )
+    raw = values[0] if values else b""
+    try:
+        url = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(
+            400,
+            "invalid_query",
+            f"?url= is not UTF-8 once percent-decoded (byte 0x{raw[exc.start]:02x} at "
+            f"offset {exc.start}): percent-encode the URL's own escapes (%FF as %25FF)",
+        ) from None
+    if not url.strip():
         raise ApiError(400, "missing_url", "pass the URL to check as ?url=…")
     return url
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
-    body = await request.body()
-    if len(body) > MAX_BODY:
-        raise ApiError(413, "body_too_large", f"request body over {MAX_BODY} bytes")
+def _declared_length(request: Request, limit: int) -> int | None:
+    value = request.headers.get("content-length")
+    if value is None:
+        return None
+    value = value.strip()
+    if not (value.isascii() and value.isdigit()):
+        raise ApiError(400, "invalid_content_length", f"Content-Length {value[:40]!r}", close=True)
+    return limit + 1 if len(value) > len(str(limit)) else int(value)
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(
+        413, "body_too_large", f"the request body is over {limit} bytes (the limit)", close=True
+    )
+
+
+async def _read_body(request: Request, limits: ServiceLimits) -> bytes:
+    """The body, read chunk by chunk and refused as soon as it passes ``max_body``."""
+    declared = _declared_length(request, limits.max_body)
+    if declared is not None and declared > limits.max_body:
+        raise _too_large(limits.max_body)
+    chunks: list[bytes] = []
+    size = 0
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "invalid_json", f"the body is not JSON: {exc}") from None
+        with anyio.fail_after(limits.body_timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limits.max_body:
+                    raise _too_large(limits.max_body)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(
+            408,
+            "body_timeout",
+            f"the request body did not arrive within {limits.body_timeout:g} s "
+            f"({size} bytes received)",
+            close=True,
+        ) from None
+    except ClientDisconnect:
+        raise ApiError(400, "client_disconnected", "the client went away", close=True) from None
+    return b"".join(chunks)
+
+
+def _bad_json(detail: str) -> NoReturn:
+    raise ApiError(400, "invalid_json", detail)
+
+
+def _number(text: str) -> float:
+    if len(text) > MAX_NUMBER_DIGITS:
+        _bad_json(
+            f"the body holds a number of {len(text)} characters (at most {MAX_NUMBER_DIGITS})"
+        )
+    number = float(text)
+    if not math.isfinite(number):
+        _bad_json(f"the number {text} is out of range")
+    return number
+
+
+def _constant(name: str) -> NoReturn:
+    _bad_json(f"{name} is not JSON")
+
+
+def _first_repeated(keys: list[str]) -> str:
+    seen: set[str] = set()
+    for key in keys:
+        if key in seen:
+            return key
+        seen.add(key)
+    return ""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        key = _first_repeated([k for k, _ in pairs])
+        _bad_json(f"the key {key[:80]!r} appears twice in one object")
+    return out
+
+
+def _parse_json(body: bytes) -> dict[str, Any]:
+    """A JSON object from UTF-8 bytes, or :class:`ApiError` (400) saying what is wrong and where."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        _bad_json(f"the body is not UTF-8: byte 0x{body[exc.start]:02x} at offset {exc.start}")
+    try:
+        data = json.loads(
+            text,
+            parse_int=_number,
+            parse_float=_number,
+            parse_constant=_constant,
+            object_pairs_hook=_object,
+        )
+    except RecursionError:
+        _bad_json("the body nests arrays or objects too deeply")
+    except ValueError as exc:
+        _bad_json(f"the body is not JSON: {exc}")
     if not isinstance(data, dict):
-        raise ApiError(422, "invalid_body", "the body must be a JSON object")
+        raise ApiError(400, "invalid_body", f"the body must be a JSON object, not {_kind(data)}")
     return data
 
 
+async def _json_body(request: Request, limits: ServiceLimits) -> dict[str, Any]:
+    body = await _read_body(request, limits)
+    return await _off_loop(len(body), _parse_json, body)
+
+
+def _kind(value: object) -> str:
+    """The JSON name of a parsed value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
 def _url_list(data: dict[str, Any]) -> list[str]:
-    urls = data.get("urls")
-    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
-        raise ApiError(422, "invalid_body", 'expected {"urls": ["http://…", …]}')
+    if "urls" not in data:
+        raise ApiError(400, "invalid_body", 'the body has no "urls": send {"urls": ["http://…"]}')
+    urls = data["urls"]
+    if not isinstance(urls, list):
+        raise ApiError(
+            400, "invalid_body", f'"urls" must be an array of strings, not {_kind(urls)}'
+        )
     if len(urls) > MAX_BATCH:
         raise ApiError(413, "batch_too_large", f"{len(urls)} URLs: at most {MAX_BATCH} per batch")
     for index, url in enumerate(urls):
+        if not isinstance(url, str):
+            raise ApiError(400, "invalid_body", f"urls[{index}] is {_kind(url)}, not a string")
         if not url.isascii():
             try:
                 url.encode("utf-8")
             except UnicodeEncodeError:  # a lone surrogate from a JSON \udcXX escape
                 raise ApiError(
-                    422, "invalid_body", f"urls[{index}] is not valid Unicode (lone surrogate)"
+                    400, "invalid_body", f"urls[{index}] is not valid Unicode (lone surrogate)"
                 ) from None
     return urls
+
+
+def _seen_op(data: dict[str, Any]) -> str:
+    if "op" not in data:
+        raise ApiError(400, "invalid_body", 'the body has no "op": say "add" or "test"')
+    op = data["op"]
+    if op not in ("add", "test"):
+        shown = repr(op[:40]) if isinstance(op, str) else _kind(op)
+        raise ApiError(400, "invalid_body", f'"op" must be "add" or "test", not {shown}')
+    return str(op)
+
+
+def _chars(urls: list[str]) -> int:
+    return len(urls) * (INLINE_CHARS // INLINE_BATCH) + sum(map(len, urls))
+
+
+# -- endpoints --------------------------------------------------------------------------
 
 
 def _check_batch(rules: Filter, urls: list[str]) -> list[dict[str, Any]]:
@@ -165,7 +424,7 @@ def _check_batch(rules: Filter, urls: list[str]) -> list[dict[str, Any]]:
         try:
             out.append(verdict_json(url, rules.check(url)))
         except InvalidURL as exc:
-            out.append({"url": url, "error": "invalid_url", "detail": exc.reason})
+            out.append(invalid_url_json(url, exc))
     return out
 
 
@@ -180,23 +439,21 @@ async def check_one(request: Request) -> Response:
     url = _url_param(request)
     rules = _rules(state)
     try:
-        result = verdict_json(url, rules.check(url))
+        result = verdict_json(url, await _off_loop(len(url), rules.check, url))
     except InvalidURL as exc:
-        raise ApiError(422, "invalid_url", f"{exc.reason}: {url!r}") from None
+        raise ApiError(422, "invalid_url", f"{exc.reason}: {url[:200]!r}") from None
     _count(state, [result])
     return JSONResponse(result)
 
 
 async def check_batch(request: Request) -> Response:
     state = _state(request)
-    urls = _url_list(await _json_body(request))
+    urls = _url_list(await _json_body(request, state.limits))
     rules = _rules(state)
-    if len(urls) > INLINE_BATCH:
-        results = await run_in_threadpool(_check_batch, rules, urls)
-    else:
-        results = _check_batch(rules, urls)
+    cost = _chars(urls)
+    results = await _off_loop(cost, _check_batch, rules, urls)
     _count(state, results)
-    return JSONResponse({"results": results})
+    return await _off_loop(cost, JSONResponse, {"results": results})
 
 
 async def explain(request: Request) -> Response:
@@ -204,34 +461,50 @@ async def explain(request: Request) -> Response:
     url = _url_param(request)
     rules = _rules(state)
     try:
-        explanation = rules.explain(url)
+        explanation = await _off_loop(len(url), rules.explain, url)
     except InvalidURL as exc:
-        raise ApiError(422, "invalid_url", f"{exc.reason}: {url!r}") from None
+        raise ApiError(422, "invalid_url", f"{exc.reason}: {url[:200]!r}") from None
     return JSONResponse(explanation_json(explanation))
+
+
+SeenResult = bool | dict[str, Any]
+
+
+def _seen_batch(store: SeenStore, op: str, urls: list[str]) -> list[SeenResult]:
+    """One flag per URL, or an error in place of a URL the store's profile rejects."""
+    out: list[SeenResult] = []
+    valid: list[int] = []
+    for index, url in enumerate(urls):
+        try:
+            canonical_bytes(url, store.profile)
+        except InvalidURL as exc:
+            out.append(invalid_url_json(url, exc))
+        else:
+            out.append(False)
+            valid.append(index)
+    batch = [urls[i] for i in valid]
+    flags = store.add_many(batch) if op == "add" else store.contains_many(batch)
+    for index, flag in zip(valid, flags, strict=True):
+        out[index] = flag
+    return out
 
 
 async def seen(request: Request) -> Response:
     state = _state(request)
-    data = await _json_body(request)
+    data = await _json_body(request, state.limits)
     if state.seen is None:
         raise ApiError(404, "no_seen_store", "no seen store is configured (service.seen_store)")
-    op = data.get("op", "add")
-    if op not in ("add", "test"):
-        raise ApiError(422, "invalid_body", f'"op" must be "add" or "test", not {op!r}')
+    op = _seen_op(data)
     urls = _url_list(data)
-    store = state.seen
     try:
-        if op == "add":
-            flags = await run_in_threadpool(store.add_many, urls)
-        else:
-            flags = await run_in_threadpool(store.contains_many, urls)
-    except InvalidURL as exc:
+        results = await run_in_threadpool(_seen_batch, state.seen, op, urls)
+    except InvalidURL as exc:  # a backend stricter than its profile: the batch is refused
         raise ApiError(422, "invalid_url", f"{exc.reason}: {exc.url!r}") from None
     except StoreError as exc:
         raise ApiError(503, "store_unavailable", str(exc)) from None
-    state.metrics.count_seen(op, flags)
+    state.metrics.count_seen(op, (r for r in results if isinstance(r, bool)))
     key = "new" if op == "add" else "seen"
-    return JSONResponse({"op": op, key: flags})
+    return await _off_loop(_chars(urls), JSONResponse, {"op": op, key: results})
 
 
 async def metrics(request: Request) -> Response:
@@ -242,13 +515,13 @@ async def metrics(request: Request) -> Response:
     except NoRules:
         current = None
     info = rules_info(current, live.loaded_at, live.generation)
-    return PlainTextResponse(state.metrics.render(info), media_type=CONTENT_TYPE)
+    reloads = {"ok": live.reloads, "failed": live.failed_reloads}
+    return PlainTextResponse(state.metrics.render(info, reloads), media_type=CONTENT_TYPE)
 
 
 async def healthz(request: Request) -> Response:
     state = _state(request)
     live = state.rules
-    live.poll()
     try:
         current = live.get()
     except NoRules as exc:
@@ -271,8 +544,8 @@ async def reload(request: Request) -> Response:
         raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
     if not hmac.compare_digest(given.strip().encode(), state.token.encode()):
         raise ApiError(401, "unauthorized", "wrong token")
-    ok = await run_in_threadpool(state.rules.reload)
-    state.metrics.count_reload("ok" if ok else "failed")
+    reloader = state.reloader
+    ok = await (reloader.reload() if reloader else run_in_threadpool(state.rules.reload))
     if not ok:
         raise ApiError(
             409, "reload_failed", f"the previous rules stay in force: {state.rules.error}"
@@ -326,7 +599,7 @@ def _wrap(handler: Callable[[Request], Awaitable[Response]]) -> Callable[..., An
         try:
             return await handler(request)
         except ApiError as exc:
-            return _error(exc.status, exc.code, exc.detail)
+            return _error(exc.status, exc.code, exc.detail, close=exc.close)
 
     endpoint.__name__ = handler.__name__
     endpoint.__doc__ = handler.__doc__
@@ -353,15 +626,36 @@ _ROUTES = [
 _ENDPOINTS = frozenset(path for path, _, _ in _ROUTES)
 
 
+@asynccontextmanager
+async def _sighup(reloader: Reloader, enabled: bool) -> AsyncIterator[None]:
+    """While inside: SIGHUP asks ``reloader`` for a reload (main thread, Unix only)."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGHUP, reloader.request)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGHUP)
+
+
 def create_app(
     config: GatewayConfig,
     *,
     load: Callable[[], Filter] | None = None,
     log: Callable[[str], None] = lambda _msg: None,
+    limits: ServiceLimits | None = None,
+    reload_on_sighup: bool = False,
 ) -> Starlette:
-    """The service for ``config``; ``load`` replaces the configured rule loader (tests)."""
+    """The service for ``config``; ``load`` replaces the configured rule loader (tests).
+
+    ``reload_on_sighup``: reload the rules on SIGHUP while the app runs (``urlsieve
+    serve`` sets it; the handler is installed by the lifespan, in the main thread only).
+    """
     loader = load or filter_loader(config)
     token = config.read_token()
+    caps = limits or ServiceLimits()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -369,7 +663,7 @@ def create_app(
             lambda: LiveRules(
                 loader,
                 watch=config.snapshot,
-                check_seconds=config.reload_check_seconds,
+                check_seconds=0,  # the reloader paces the checks
                 log=log,
             )
         )
@@ -379,9 +673,13 @@ def create_app(
                 store = open_seen(config.seen_store)
             except (StoreError, ConfigError) as exc:
                 raise ConfigError(f"service.seen_store {config.seen_store!r}: {exc}") from exc
-        app.state.urlsieve = ServiceState(rules, Metrics(), store, token)
+        reloader = Reloader(rules, config.reload_check_seconds, log)
+        app.state.urlsieve = ServiceState(rules, Metrics(), store, token, caps, reloader)
         try:
-            yield
+            async with anyio.create_task_group() as tasks, _sighup(reloader, reload_on_sighup):
+                tasks.start_soon(reloader.run)
+                yield
+                tasks.cancel_scope.cancel()
         finally:
             if store is not None:
                 store.close()
@@ -445,7 +743,7 @@ OPENAPI: dict[str, Any] = {
                 "requestBody": _URLS_BODY,
                 "responses": {
                     "200": _json("VerdictBatch", "one result per URL, in order"),
-                    **_error_responses(400, 413, 422, 503),
+                    **_error_responses(400, 408, 413, 503),
                 },
             },
         },
@@ -469,8 +767,8 @@ OPENAPI: dict[str, Any] = {
                     },
                 },
                 "responses": {
-                    "200": _json("SeenResult", "one flag per URL"),
-                    **_error_responses(400, 404, 413, 422, 503),
+                    "200": _json("SeenResult", "one flag (or error) per URL, in order"),
+                    **_error_responses(400, 404, 408, 413, 503),
                 },
             }
         },
@@ -555,18 +853,32 @@ OPENAPI: dict[str, Any] = {
             },
             "SeenOp": {
                 "type": "object",
-                "required": ["urls"],
+                "required": ["op", "urls"],
                 "properties": {
-                    "op": {"enum": ["add", "test"], "default": "add"},
+                    "op": {"enum": ["add", "test"]},
                     "urls": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_BATCH},
                 },
+            },
+            "SeenFlag": {
+                "oneOf": [
+                    {"type": "boolean"},
+                    {
+                        "type": "object",
+                        "description": "in place of a URL the store's profile rejects",
+                        "properties": {
+                            "url": {"type": "string"},
+                            "error": {"type": "string"},
+                            "detail": {"type": "string"},
+                        },
+                    },
+                ]
             },
             "SeenResult": {
                 "type": "object",
                 "properties": {
                     "op": {"enum": ["add", "test"]},
-                    "new": {"type": "array", "items": {"type": "boolean"}},
-                    "seen": {"type": "array", "items": {"type": "boolean"}},
+                    "new": {"type": "array", "items": {"$ref": "#/components/schemas/SeenFlag"}},
+                    "seen": {"type": "array", "items": {"$ref": "#/components/schemas/SeenFlag"}},
                 },
             },
         },

@@ -1,0 +1,151 @@
+"""Running the lookup service on uvicorn, with the caps uvicorn lacks.
+
+uvicorn bounds the header size (``h11_max_incomplete_event_size``) and idle
+keep-alive connections (``timeout_keep_alive``), but it waits for a request's
+headers forever (a client sending one byte at a time holds a connection, and a
+client that connects and sends nothing is never cut off), and its
+``limit_concurrency`` answers 503 only once a request has arrived, counting
+held-open connections that never send one. :class:`GuardedH11Protocol` adds:
+
+- a header timer, from the connection (or from the first byte of the next
+  request) to the end of the headers: ``408`` and close after
+  :attr:`ServiceLimits.header_timeout`;
+- a connection cap: a connection beyond :attr:`ServiceLimits.max_connections`
+  is answered ``503`` and closed as soon as it is accepted.
+
+:func:`serve` binds the socket itself, so an address in use is a
+:class:`ConfigError` (``urlsieve serve`` exits 2) rather than uvicorn's exit 3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from urlsieve.exceptions import ConfigError
+from urlsieve.gateway.service import ServiceLimits
+
+__all__ = ["GuardedH11Protocol", "guarded_protocol", "listen", "serve"]
+
+
+def _reply(status: str, code: str, detail: str) -> bytes:
+    body = json.dumps({"error": code, "detail": detail}).encode()
+    head = (
+        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a header timeout and a connection cap (see the module)."""
+
+    limits: ClassVar[ServiceLimits] = ServiceLimits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._refused = False
+
+    def connection_made(  # type: ignore[override]
+        self, transport: asyncio.Transport
+    ) -> None:
+        if len(self.connections) >= self.limits.max_connections:
+            self._refused = True
+            self.transport = transport
+            detail = f"more than {self.limits.max_connections} open connections: retry later"
+            transport.write(_reply("503 Service Unavailable", "too_many_connections", detail))
+            transport.close()
+            return
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self._header_timer is None and self.conn.their_state is h11.IDLE:
+            self._arm_header_timer()  # the first byte of the next request on a kept-alive one
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:
+            self._disarm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        if self._refused:
+            return
+        super().connection_lost(exc)
+
+    def _arm_header_timer(self) -> None:
+        self._header_timer = self.loop.call_later(
+            self.limits.header_timeout, self._headers_too_slow
+        )
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        detail = f"the request headers did not arrive within {self.limits.header_timeout:g} s"
+        self.transport.write(_reply("408 Request Timeout", "header_timeout", detail))
+        self.transport.close()
+
+
+def guarded_protocol(limits: ServiceLimits) -> type[GuardedH11Protocol]:
+    """A :class:`GuardedH11Protocol` class enforcing ``limits``."""
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits})
+
+
+def listen(host: str, port: int, *, backlog: int = 2048) -> socket.socket:
+    """A listening TCP socket on ``host:port``; :class:`ConfigError` when it cannot be had."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family, backlog=backlog)
+    except OSError as exc:
+        raise ConfigError(
+            f"service.bind={host}:{port}: cannot listen: {exc.strerror or exc}"
+        ) from exc
+
+
+def serve(
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    limits: ServiceLimits,
+    log_level: str = "warning",
+    log: Callable[[str], None] = lambda _msg: None,
+) -> bool:
+    """Serve ``app`` until SIGINT/SIGTERM; False when the application did not start.
+
+    Raises :class:`ConfigError` when the address cannot be bound.
+    """
+    sock = listen(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    log(f"listening on http://{shown}:{port}")
+    config = uvicorn.Config(
+        app,
+        http=guarded_protocol(limits),
+        lifespan="on",
+        log_level=log_level,
+        timeout_keep_alive=limits.keep_alive,
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+    )
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=[sock])
+    except SystemExit:  # uvicorn's way to say the lifespan startup failed
+        return False
+    finally:
+        sock.close()
+    return server.started
