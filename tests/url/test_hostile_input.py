@@ -17,6 +17,7 @@ from tests.url.test_properties import URLISH
 from urlsieve import CRAWLER, InvalidURL, canonicalize, parse_url
 from urlsieve.url import MAX_URL_LENGTH, crawler_profile
 from urlsieve.url import path as path_module
+from urlsieve.url.parse import _parse_slow
 from urlsieve.url.path import unescape
 
 
@@ -81,6 +82,13 @@ DOTS: list[tuple[str, str]] = [
     ("http://a.com/..//x", "http://a.com/x"),
     ("http://a.com//../x", "http://a.com/x"),
     ("http://a.com/a/..//", "http://a.com/"),
+    # "#" and "?" escaped in a segment are part of it, and go with it (issue 9 item 2)
+    ("http://bad.org/x%23/../ads", "http://bad.org/ads"),
+    ("http://bad.org/x%3F/../ads", "http://bad.org/ads"),
+    ("http://bad.org/x%2523/..%2Fads", "http://bad.org/ads"),
+    # Unicode spaces are path bytes, never separators (item 3)
+    ("http://bad.org/ads\u3000x", "http://bad.org/ads%E3%80%80x"),
+    ("http://bad.org/ads\u2028/../x", "http://bad.org/x"),
 ]
 
 
@@ -255,6 +263,12 @@ def test_the_crawler_keeps_a_non_default_port(raw: str, expected: str) -> None:
     assert canonicalize(raw, CRAWLER) == expected
     assert parse_url(raw, CRAWLER).canonical == expected
     assert canonicalize(expected, CRAWLER) == expected
+
+
+def test_the_fast_and_the_slow_path_give_the_crawler_one_url() -> None:
+    fast = parse_url("http://a.com/x", CRAWLER)
+    assert fast == _parse_slow("http://a.com/x", CRAWLER)
+    assert fast.keeps_port
 
 
 def test_ports_are_other_servers_to_the_crawler_only() -> None:

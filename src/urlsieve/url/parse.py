@@ -232,6 +232,7 @@ def parse_url(url: str | bytes, profile: Profile = FILTER) -> URL:
                 m.group("path") or "/",
                 m.group("query"),
                 is_ip=m.group("ip") is not None,
+                keeps_port=profile.keep_port,
             )
     return _parse_slow(url, profile)
 
