@@ -10,7 +10,6 @@ Every step is linear in the length of its input.
 
 from __future__ import annotations
 
-import itertools
 import re
 from urllib.parse import unquote_to_bytes
 
@@ -41,9 +40,10 @@ def to_bytes(text: str) -> bytes:
         return text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
         pieces = _LONE_SURROGATES.split(text)
+        # split() with a group: the lone surrogates are at the odd indexes
         return b"".join(
-            piece.encode("utf-8", "surrogatepass" if odd else "surrogateescape")
-            for odd, piece in zip(itertools.cycle((False, True)), pieces, strict=False)
+            piece.encode("utf-8", "surrogatepass" if i % 2 else "surrogateescape")
+            for i, piece in enumerate(pieces)
         )
 
 
