@@ -164,7 +164,7 @@ INVALID: list[tuple[str, str]] = [
     ("http://%zz.com/", "forbidden character '%'"),
     ("http://good.com%40evil.com/", "forbidden character '@'"),
     ("http://\x01\x80.com/", "IDNA"),
-    ("http://\ud800.com/", "IDNA"),
+    ("http://\ud800.com/", "not UTF-8"),
     ("http://%C3%28.com/", "not UTF-8"),
 ]
 

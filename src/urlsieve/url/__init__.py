@@ -7,12 +7,13 @@ from urlsieve.url.expressions import (
     path_prefixes,
 )
 from urlsieve.url.model import URL
-from urlsieve.url.parse import SCHEMES, canonicalize, parse_url
+from urlsieve.url.parse import MAX_URL_LENGTH, SCHEMES, canonicalize, parse_url
 from urlsieve.url.profile import CRAWLER, FILTER, Profile, crawler_profile
 
 __all__ = [
     "CRAWLER",
     "FILTER",
+    "MAX_URL_LENGTH",
     "Profile",
     "SCHEMES",
     "URL",

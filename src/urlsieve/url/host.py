@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from urllib.parse import unquote_to_bytes
 
 import idna
 
 from urlsieve.exceptions import InvalidURL
+from urlsieve.url.path import shorten, unescape
 
 __all__ = [
     "check_host_chars",
@@ -39,22 +39,27 @@ _NUMERIC_LABEL = re.compile(r"(?:0[xX][0-9a-fA-F]*|[0-9]+)")
 _DECIMAL = re.compile(r"[0-9]+")
 _OCTAL = re.compile(r"0[0-7]+")
 _HEX = re.compile(r"0[xX][0-9a-fA-F]*")
+# Significant digits (leading zeros and "0x" dropped) an IPv4 part may have: 2**32
+# has 10 decimal digits; more is refused before int() sees it.
+_MAX_IPV4_DIGITS = 12
+# DNS limits, applied to hosts with a non-ASCII label only: beyond them Punycode
+# (quadratic in a label's length) could never give a name DNS can resolve.
+_MAX_IDN_HOST = 253
+_MAX_IDN_LABEL = 63
 
 
 def unescape_host(host: str) -> str:
-    """Percent-unescape repeatedly until nothing changes; the result must be UTF-8."""
-    if "%" not in host:
+    """Percent-unescape until nothing changes (in linear time); the result must be UTF-8.
+
+    A host holding a byte that is not UTF-8 (a surrogate in the text) is refused.
+    """
+    if host.isascii() and "%" not in host:
         return host
-    data = host.encode("utf-8", "surrogatepass")
-    while b"%" in data:
-        decoded = unquote_to_bytes(data)
-        if decoded == data:
-            break
-        data = decoded
     try:
+        data = unescape(host.encode("utf-8", "surrogatepass"))
         return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidURL("host is not UTF-8 after percent-unescaping") from exc
+    except UnicodeError as exc:
+        raise InvalidURL("host is not UTF-8 (after percent-unescaping)") from exc
 
 
 def map_idn(host: str) -> str:
@@ -92,14 +97,27 @@ def is_ipv4(host: str) -> bool:
 
 def _ipv4_part(part: str) -> int:
     if _HEX.fullmatch(part):
-        return int(part[2:] or "0", 16)
+        return int(_significant(part[2:], part), 16)
     if part.startswith("0") and len(part) > 1:
         if _OCTAL.fullmatch(part):
-            return int(part, 8)
-        raise InvalidURL(f"host looks like an IPv4 address but {part!r} is not an octal number")
+            return int(_significant(part, part), 8)
+        raise InvalidURL(
+            f"host looks like an IPv4 address but {shorten(part)!r} is not an octal number"
+        )
     if _DECIMAL.fullmatch(part):
-        return int(part)
-    raise InvalidURL(f"host looks like an IPv4 address but {part!r} is not a number")
+        return int(_significant(part, part))
+    raise InvalidURL(f"host looks like an IPv4 address but {shorten(part)!r} is not a number")
+
+
+def _significant(digits: str, part: str) -> str:
+    """``digits`` without leading zeros (``"0"`` if none are left), refused when too long."""
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > _MAX_IPV4_DIGITS:
+        raise InvalidURL(
+            f"host looks like an IPv4 address but {shorten(part)!r} has more than"
+            f" {_MAX_IPV4_DIGITS} significant digits"
+        )
+    return digits
 
 
 def normalise_ipv4(host: str) -> str:
@@ -137,7 +155,7 @@ def normalise_ipv6(literal: str) -> tuple[str, bool]:
     try:
         address = ipaddress.IPv6Address(inner)
     except ValueError as exc:
-        raise InvalidURL(f"invalid IPv6 address {inner!r}") from exc
+        raise InvalidURL(f"invalid IPv6 address {shorten(inner)!r}") from exc
     mapped = address.ipv4_mapped
     if mapped is not None:
         return str(mapped), True
@@ -145,16 +163,32 @@ def normalise_ipv6(literal: str) -> tuple[str, bool]:
 
 
 def punycode(host: str) -> str:
-    """Encode non-ASCII labels as ``xn--`` + Punycode (UTS-46 ToASCII without DNS length checks)."""
+    """Encode non-ASCII labels as ``xn--`` + Punycode (UTS-46 ToASCII).
+
+    ASCII hosts have no length limit. A host with a non-ASCII label must fit
+    DNS (at most 253 characters, labels at most 63) before encoding: Python's
+    Punycode codec is quadratic in a label's length, and a longer name could
+    never be resolved.
+    """
     if host.isascii():
         return host
-    labels = []
-    for label in host.split("."):
-        if label.isascii():
-            labels.append(label)
-            continue
-        try:
-            labels.append("xn--" + label.encode("punycode").decode("ascii"))
-        except UnicodeError as exc:
-            raise InvalidURL(f"host label {label!r} cannot be encoded as punycode") from exc
-    return ".".join(labels)
+    _check_dns_length(host, _MAX_IDN_HOST, "name")
+    return ".".join(_punycode_label(label) for label in host.split("."))
+
+
+def _punycode_label(label: str) -> str:
+    if label.isascii():
+        return label
+    _check_dns_length(label, _MAX_IDN_LABEL, "label")
+    try:
+        return "xn--" + label.encode("punycode").decode("ascii")
+    except UnicodeError as exc:
+        raise InvalidURL(f"host label {label!r} cannot be encoded as punycode") from exc
+
+
+def _check_dns_length(text: str, limit: int, what: str) -> None:
+    if len(text) > limit:
+        raise InvalidURL(
+            f"internationalised host {what} of {len(text)} characters is longer than"
+            f" a DNS {what} ({limit})"
+        )

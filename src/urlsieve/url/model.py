@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["URL"]
+__all__ = ["DEFAULT_PORTS", "URL"]
+
+#: The port each accepted scheme uses when none is written.
+DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +19,9 @@ class URL:
     with ``/``. ``query`` is ``None`` when the URL had no ``?`` at all and
     ``""`` for a bare ``?``. ``userinfo`` and ``port`` are kept here but are
     not part of :attr:`canonical`: a filter decides on where a request goes,
-    not on who asks or through which port.
+    not on who asks or through which port. With ``keeps_port`` (the crawler
+    profile) a port other than the scheme's default is part of
+    :attr:`canonical` and :attr:`location`: ``:8080`` is another server.
     """
 
     scheme: str
@@ -26,20 +31,22 @@ class URL:
     port: int | None = None
     userinfo: str | None = None
     is_ip: bool = False
+    keeps_port: bool = field(default=False, repr=False, kw_only=True)
 
     @property
     def canonical(self) -> str:
-        """``scheme://host/path[?query]``."""
-        if self.query is None:
-            return f"{self.scheme}://{self.host}{self.path}"
-        return f"{self.scheme}://{self.host}{self.path}?{self.query}"
+        """``scheme://host[:port]/path[?query]`` (a port only with ``keeps_port``)."""
+        return f"{self.scheme}://{self.location}"
 
     @property
     def location(self) -> str:
-        """``host/path[?query]``: the canonical URL without its scheme (the form rules use)."""
+        """``host[:port]/path[?query]``: the canonical URL without its scheme (what rules see)."""
+        netloc = self.host
+        if self.keeps_port and self.port not in (None, DEFAULT_PORTS.get(self.scheme)):
+            netloc = f"{self.host}:{self.port}"
         if self.query is None:
-            return f"{self.host}{self.path}"
-        return f"{self.host}{self.path}?{self.query}"
+            return f"{netloc}{self.path}"
+        return f"{netloc}{self.path}?{self.query}"
 
     def __str__(self) -> str:
         return self.canonical

@@ -9,12 +9,26 @@ from urlsieve._accel import speedups
 from urlsieve.exceptions import InvalidURL
 from urlsieve.url.host import is_ipv4, normalise_ipv6
 from urlsieve.url.model import URL
+from urlsieve.url.path import shorten, to_bytes
 from urlsieve.url.profile import FILTER, Profile
 
-__all__ = ["ACCELERATED", "SCHEMES", "canonicalize", "fast_canonical_py", "parse_url"]
+__all__ = [
+    "ACCELERATED",
+    "MAX_URL_LENGTH",
+    "SCHEMES",
+    "canonicalize",
+    "fast_canonical_py",
+    "parse_url",
+]
 
 #: Schemes with a host; everything else (``data:``, ``javascript:``, ``mailto:``…) is refused.
 SCHEMES = frozenset({"http", "https", "ftp", "ws", "wss"})
+
+#: The longest URL accepted, in characters (``str``) or bytes (``bytes``): 64 KiB.
+#: Longer input raises :class:`InvalidURL` before any other work.
+MAX_URL_LENGTH = 65536
+# At most five digits once leading zeros are dropped: int() never sees a long number.
+_MAX_PORT_DIGITS = 5
 
 _C0_AND_SPACE = "".join(map(chr, range(0x21)))
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
@@ -119,15 +133,28 @@ def _split_port(hostport: str, url: str) -> tuple[str, int | None]:
         host, _, raw_port = hostport.partition(":")
     if not raw_port:
         return host, None
-    if _PORT.fullmatch(raw_port) is None or int(raw_port) > 65535:
-        raise InvalidURL(f"invalid port {raw_port!r}", url)
-    return host, int(raw_port)
+    if _PORT.fullmatch(raw_port) is None:
+        raise InvalidURL(f"invalid port {shorten(raw_port)!r}: not a number", url)
+    digits = raw_port.lstrip("0")
+    if len(digits) > _MAX_PORT_DIGITS or int(digits or "0") > 65535:
+        raise InvalidURL(f"invalid port {shorten(raw_port)!r}: above 65535", url)
+    return host, int(digits or "0")
 
 
 def _run(data: bytes, steps: tuple[object, ...]) -> str:
     for step in steps:
         data = step(data)  # type: ignore[operator]
     return data.decode("ascii")
+
+
+def _as_text(url: str | bytes) -> str:
+    """Check the length cap; bytes become text with ``surrogateescape`` (non-UTF-8 bytes kept)."""
+    if len(url) > MAX_URL_LENGTH:
+        unit = "bytes" if isinstance(url, bytes) else "characters"
+        raise InvalidURL(f"URL longer than {MAX_URL_LENGTH} {unit} ({len(url)})", shorten(url))
+    if isinstance(url, bytes):
+        return url.decode("utf-8", "surrogateescape")
+    return url
 
 
 def _parse_slow(url: str, profile: Profile) -> URL:
@@ -144,13 +171,13 @@ def _parse_slow(url: str, profile: Profile) -> URL:
             is_ip = is_ipv4(host)
     except InvalidURL as exc:
         raise InvalidURL(exc.reason, url) from None
-    path = _run(raw_path.encode("utf-8", "surrogatepass"), profile.path_steps)
+    path = _run(to_bytes(raw_path), profile.path_steps)
     query: str | None = None
     if raw_query is not None and profile.keep_query:
-        query = _run(raw_query.encode("utf-8", "surrogatepass"), profile.query_steps)
+        query = _run(to_bytes(raw_query), profile.query_steps)
         if not query and profile.drop_empty_query:
             query = None
-    return URL(scheme, host, path, query, port, userinfo, is_ip)
+    return URL(scheme, host, path, query, port, userinfo, is_ip, keeps_port=profile.keep_port)
 
 
 def _fast_match(url: str, allow_query: bool) -> re.Match[str] | None:
@@ -190,8 +217,12 @@ _fast_canonical: Callable[[str, bool], str | None] = (
 )
 
 
-def parse_url(url: str, profile: Profile = FILTER) -> URL:
-    """Canonicalise ``url`` into its parts; raise :class:`InvalidURL` if it has no usable host."""
+def parse_url(url: str | bytes, profile: Profile = FILTER) -> URL:
+    """Canonicalise ``url`` into its parts; raise :class:`InvalidURL` if it has no usable host.
+
+    ``bytes`` are read as UTF-8; bytes that are not UTF-8 stay bytes (``b"\\xe9"`` is ``%E9``).
+    """
+    url = _as_text(url)
     if profile.fast_path:
         m = _fast_match(url, profile.fast_query)
         if m is not None:
@@ -201,11 +232,12 @@ def parse_url(url: str, profile: Profile = FILTER) -> URL:
                 m.group("path") or "/",
                 m.group("query"),
                 is_ip=m.group("ip") is not None,
+                keeps_port=profile.keep_port,
             )
     return _parse_slow(url, profile)
 
 
-def canonicalize(url: str, profile: Profile = FILTER) -> str:
+def canonicalize(url: str | bytes, profile: Profile = FILTER) -> str:
     """Return the canonical form ``scheme://host/path[?query]`` of ``url``.
 
     >>> canonicalize("HTTP://WWW.Example.COM:80/a/./b/../c//d?x=1#frag")
@@ -214,7 +246,10 @@ def canonicalize(url: str, profile: Profile = FILTER) -> str:
     Raises :class:`InvalidURL` (a :class:`ValueError`) with the reason when
     the string is not a URL with a host. Idempotent: canonicalising a
     canonical URL returns it unchanged, and does so on a fast path.
+    ``url`` may be ``bytes`` (see :func:`parse_url`); at most
+    :data:`MAX_URL_LENGTH` long.
     """
+    url = _as_text(url)
     if profile.fast_path:
         canonical = _fast_canonical(url, profile.fast_query)
         if canonical is not None:

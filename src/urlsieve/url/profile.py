@@ -64,6 +64,9 @@ class Profile:
     on bytes and must end with :func:`urlsieve.url.path.escape`. With
     ``keep_query`` false the query is dropped; with ``drop_empty_query``
     a query that the steps empty (``?utm_source=x``) disappears with its ``?``.
+    With ``keep_port`` a port other than the scheme's default stays in the
+    canonical URL (the filter drops every port: a blocked host is blocked on
+    every port; to a crawler ``:8080`` is another server).
     """
 
     name: str
@@ -73,6 +76,7 @@ class Profile:
     query_steps: tuple[BytesStep, ...] = DEFAULT_QUERY_STEPS
     keep_query: bool = True
     drop_empty_query: bool = False
+    keep_port: bool = False
     # Whether an already-canonical URL may skip the steps (derived, not passed).
     fast_path: bool = field(init=False, repr=False, compare=False)
     fast_query: bool = field(init=False, repr=False, compare=False)
@@ -137,12 +141,13 @@ def crawler_profile(
     drop: Iterable[str] = TRACKING_PARAMETERS,
     aliases: Mapping[str, str] | Callable[[str], str | None] | None = None,
     name: str = "crawler",
-    version: int = 1,
+    version: int = 2,
 ) -> Profile:
     """The de-duplication profile: the filter steps plus query sorting and tracking removal.
 
     Give it a new ``name`` (or bump ``version``) whenever you change the
     options of a profile that has persistent stores written under it.
+    Version 2 keeps a non-default port (version 1 dropped every port).
     """
     query_steps: list[BytesStep] = [_path.unescape]
     drop = tuple(drop)
@@ -160,6 +165,7 @@ def crawler_profile(
         host_steps=host_steps,
         query_steps=tuple(query_steps),
         drop_empty_query=True,
+        keep_port=True,
     )
 
 
