@@ -258,6 +258,25 @@ def request(
         conn.close()
 
 
+def raw_request(
+    proxy_port: int, target: bytes, host: str, *, timeout: float = 20.0
+) -> tuple[int, dict[str, str]]:
+    """GET ``target`` (any bytes, as a hostile client sends them) through the proxy."""
+    head = b"GET " + target + b" HTTP/1.1\r\nHost: " + host.encode() + b"\r\n"
+    head += b"Connection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", proxy_port), timeout=timeout) as sock:
+        sock.sendall(head)
+        received = bytearray()
+        while b"\r\n\r\n" not in received and (chunk := sock.recv(65536)):
+            received += chunk
+    status_line, *header_lines = bytes(received).split(b"\r\n\r\n", 1)[0].split(b"\r\n")
+    headers = {}
+    for line in header_lines:
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(status_line.split()[1]), headers
+
+
 SQUID_CONF = """\
 http_port 127.0.0.1:{rewrite_port} name=rewrite
 http_port 127.0.0.1:{acl_port} name=acl

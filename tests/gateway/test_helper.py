@@ -13,9 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from urlsieve import Filter
+from urlsieve import Filter, InvalidURL
 from urlsieve.gateway import FailureMode, HelperMode, HelperSettings, LiveRules, SquidHelper
+from urlsieve.gateway.protocol import MAX_LINE
 from urlsieve.gateway.squid import serve
 from urlsieve.match.snapshot import compile_snapshot
 from urlsieve.rules.model import BLOCK, parse_rule
@@ -160,6 +163,264 @@ def test_internal_error_is_never_silent() -> None:
     h = SquidHelper(LiveRules(Broken), HelperSettings(mode=HelperMode.ACL), log=logged.append)
     assert h.handle("http://good.org/").startswith('OK tag="urlsieve-failure"')
     assert "internal error: KeyError" in logged[-1]
+
+
+# -- hostile bytes (issue 9) ---------------------------------------------------------------
+
+ALL_MODES = [HelperMode.REDIRECT, HelperMode.REWRITE, HelperMode.ACL]
+LATIN1_BLOCK_PAGE = "http://block.lan/?url=%u&user=%i&name=%n&rule=%r"
+
+
+def _blocked(reply: str, mode: HelperMode) -> bool:
+    """Squid answers the request with the block page (ACL: denies it); fail-closed counts."""
+    words = reply.split()
+    words = words[1:] if words and words[0].isdigit() else words
+    return words[:1] == ["OK"]
+
+
+def byte_helper(mode: HelperMode, **kw: object) -> SquidHelper:
+    return SquidHelper(
+        LiveRules(rules_filter),
+        HelperSettings(
+            mode=mode,
+            redirect_url=None if mode is HelperMode.ACL else LATIN1_BLOCK_PAGE,
+            **kw,  # type: ignore[arg-type]
+        ),
+    )
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"http://evil.com/\xff 10.0.0.1/- - GET",
+        b"0 http://evil.com/\xe9t\xe9 10.0.0.1/pc\xe9 \xe9ric GET",
+        b"http://www.evil.com/ 10.0.0.1/- bj\xf6rn%ff GET myip=\xff",
+        b"http://evil.com/\x00\x7f\xc0\xaf 10.0.0.1",
+    ],
+)
+def test_bytes_that_are_not_utf8_are_blocked_and_rendered(mode: HelperMode, line: bytes) -> None:
+    h = byte_helper(mode)
+    reply = h.handle(line)
+    assert reply.isascii() and reply.endswith("\n") and reply.count("\n") == 1
+    assert _blocked(reply, mode), reply
+    assert h.stats.blocked == 1 and h.stats.failures == 0
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+@pytest.mark.parametrize("space", ["\u3000", "\u2000", "\u2005", "\u200a", "\u2028", "\u00a0"])
+def test_unicode_space_inside_a_url_does_not_cut_it(mode: HelperMode, space: str) -> None:
+    line = f"http://ads.example/x{space}/../banners/a.gif 10.0.0.1/- - GET".encode()
+    assert _blocked(byte_helper(mode).handle(line), mode)
+
+
+HOSTILE_SPELLINGS = [
+    "http://ads.example/x%23/../banners/a.gif",
+    "http://ads.example/x%3F/../banners/a.gif",
+    "http://ads.example/x%2523/../banners/a.gif",
+    "http://ads.example/banners//../banners/a.gif",
+    "http://ads.example/x/..%2fbanners/a.gif",
+    "http://ads.example/%62anners/a.gif",
+    "http://ads.example/banners%2fa.gif",
+    "http://ads.example/x%00/../banners/",
+    "http://ads.example/ok/a.gif",
+    "http://ads.example/banners-not/a.gif",
+    "http://evil.com%23.good.org/",
+    "http://good.org/evil.com/",
+    "http://good.org%2fevil.com/",
+]
+
+
+@pytest.mark.parametrize("url", HOSTILE_SPELLINGS)
+def test_acl_and_redirect_modes_give_the_same_verdict(url: str) -> None:
+    # What Squid 5.7 sends in each mode: the raw URL to url_rewrite, and to the external
+    # ACL the URL with its non-URL bytes escaped and "%" left as it is.
+    redirect = byte_helper(HelperMode.REDIRECT).handle(f"{url} 10.0.0.1/- - GET".encode())
+    acl = byte_helper(HelperMode.ACL).handle(f"{url} 10.0.0.1 - GET -".encode())
+    assert _blocked(redirect, HelperMode.REDIRECT) == _blocked(acl, HelperMode.ACL), (
+        redirect,
+        acl,
+    )
+    try:
+        expected = rules_filter().check(url).action == "block"
+    except InvalidURL:
+        expected = True  # fail closed
+    assert _blocked(acl, HelperMode.ACL) == expected
+
+
+@pytest.mark.parametrize("channels", [None, True])
+def test_lone_channel_id_gets_bh_with_its_channel(channels: bool | None) -> None:
+    assert (
+        helper(channels=channels).handle("7")
+        == '7 BH message="empty request line: expected a URL"\n'
+    )
+
+
+def test_a_failure_while_rendering_the_reply_is_answered_by_the_failure_mode() -> None:
+    class Rule:
+        @property
+        def where(self) -> str:
+            raise UnicodeError("cannot render")
+
+    class Verdict:
+        action = "block"
+        category = "x"
+        rule = Rule()
+
+    class Odd:
+        def check(self, url: str) -> Verdict:
+            return Verdict()
+
+    logged: list[str] = []
+    for mode in ALL_MODES:
+        h = SquidHelper(
+            LiveRules(Odd),
+            HelperSettings(mode=mode, redirect_url=None if mode is HelperMode.ACL else BLOCK_PAGE),
+            log=logged.append,
+        )
+        reply = h.handle(b"5 http://evil.com/ 10.0.0.1")
+        assert reply.startswith("5 OK "), reply
+        assert "urlsieve-failure" in reply and h.stats.failures == 1
+    opened = SquidHelper(
+        LiveRules(Odd),
+        HelperSettings(mode=HelperMode.ACL, failure_mode=FailureMode.OPEN),
+        log=logged.append,
+    )
+    assert opened.handle(b"6 http://evil.com/").startswith("6 ERR log=")
+    assert any("UnicodeError" in m for m in logged)
+
+
+def test_a_logger_that_raises_does_not_stop_the_reply() -> None:
+    def log(_message: str) -> None:
+        raise OSError("stderr is gone")
+
+    h = SquidHelper(LiveRules(rules_filter), HelperSettings(mode=HelperMode.ACL), log=log)
+    assert h.handle(b"") == 'BH message="empty request line: expected a URL"\n'
+    assert h.handle(b"1 javascript:x").startswith('1 OK tag="urlsieve-failure"')
+    assert h.handle(b"2 http://good.org/") == "2 ERR\n"
+
+
+_MODES_AND_CHANNELS = st.tuples(st.sampled_from(ALL_MODES), st.sampled_from([None, True, False]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(line=st.binary(max_size=300), setup=_MODES_AND_CHANNELS)
+def test_any_bytes_get_exactly_one_ascii_reply_line(
+    line: bytes, setup: tuple[HelperMode, bool | None]
+) -> None:
+    mode, channels = setup
+    line = line.replace(b"\n", b"")
+    for candidate in (line, b"3 " + line, b"http://evil.com/" + line):
+        reply = byte_helper(mode, channels=channels).handle(candidate)
+        assert reply.isascii() and reply.endswith("\n") and reply.count("\n") == 1
+        words = reply.rstrip("\n").split(" ")
+        result = words[1] if words[0].isdigit() and len(words) > 1 else words[0]
+        assert result in ("OK", "ERR", "BH")
+
+
+def _serve_bytes(h: SquidHelper, payload: bytes, **kw: int) -> list[bytes]:
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+
+    def feed() -> None:
+        with os.fdopen(in_w, "wb") as fh:
+            for start in range(0, len(payload), 4093):
+                fh.write(payload[start : start + 4093])
+                fh.flush()
+
+    collected = bytearray()
+
+    def drain() -> None:
+        while chunk := os.read(out_r, 65536):
+            collected.extend(chunk)
+
+    threads = [threading.Thread(target=feed), threading.Thread(target=drain)]
+    for t in threads:
+        t.start()
+    serve(h, in_r, out_w, **kw)
+    os.close(out_w)
+    for t in threads:
+        t.join()
+    os.close(in_r)
+    os.close(out_r)
+    return bytes(collected).split(b"\n")[:-1]
+
+
+def test_an_over_long_line_is_answered_bh_and_skipped_unbuffered() -> None:
+    h = helper(HelperMode.ACL)
+    buffered: list[int] = []
+    real_handle = h.handle
+
+    def spy(line: bytes | str) -> str:
+        buffered.append(len(line))
+        return real_handle(line)
+
+    h.handle = spy  # type: ignore[method-assign]
+    long_line = b"4 http://evil.com/" + b"a" * 50_000
+    payload = b"1 http://evil.com/\n" + long_line + b"\n2 http://good.org/\n" + long_line
+    replies = _serve_bytes(h, payload, max_line=10_000)
+    assert replies[0].startswith(b"1 OK ")
+    assert replies[1] == b'4 BH message="request line longer than 131072 bytes"'.replace(
+        b"131072", str(MAX_LINE).encode()
+    )
+    assert replies[2] == b"2 ERR"
+    assert replies[3].startswith(b"4 BH ")
+    assert len(replies) == 4
+    assert max(buffered) < 10_000  # the long lines never reached handle()
+    assert h.stats.bad_lines == 2
+
+
+def test_unicode_spaces_and_raw_bytes_through_the_loop() -> None:
+    h = helper(HelperMode.REDIRECT)
+    payload = (
+        "0 http://ads.example/x\u3000/../banners/a.gif 10.0.0.1/- - GET\n".encode()
+        + b"1 http://evil.com/\xff 10.0.0.1/- \xe9ric GET\n"
+        + b"2 http://good.org/\xff\r\n"
+    )
+    replies = _serve_bytes(h, payload)
+    assert [r.split(b" ")[:2] for r in replies] == [[b"0", b"OK"], [b"1", b"OK"], [b"2", b"ERR"]]
+
+
+def _raising_loader() -> Filter:
+    raise RecursionError("symlink loop in lists/ut1")
+
+
+def test_a_load_error_of_any_kind_keeps_the_helper_up() -> None:
+    logged: list[str] = []
+    rules = LiveRules(_raising_loader, log=logged.append)
+    assert not rules.loaded and "RecursionError" in (rules.error or "")
+    h = SquidHelper(rules, HelperSettings(mode=HelperMode.ACL), log=logged.append)
+    assert h.handle("http://good.org/").startswith('OK tag="urlsieve-failure"')
+    state = {"fail": False}
+
+    def flaky() -> Filter:
+        if state["fail"]:
+            raise RuntimeError("boom")
+        return rules_filter()
+
+    live = LiveRules(flaky, log=logged.append)
+    state["fail"] = True
+    live.request_reload()
+    assert live.poll() is False and live.failed_reloads == 1
+    assert live.get().check("http://evil.com/").action == "block"  # the old rules stay
+
+
+def test_a_snapshot_changed_in_place_is_not_trusted(tmp_path: Path) -> None:
+    path = tmp_path / "rules.snap"
+    compile_snapshot([parse_rule("evil.com", BLOCK, "malware")], path)
+    logged: list[str] = []
+    live = LiveRules(lambda: Filter.load(path), watch=str(path), check_seconds=0, log=logged.append)
+    h = SquidHelper(live, HelperSettings(mode=HelperMode.ACL), log=logged.append)
+    assert h.handle("http://evil.com/").startswith('OK tag="malware"')
+    with open(path, "r+b") as fh:  # truncated in place, below one page
+        fh.truncate(1000)
+    live.poll()
+    assert h.handle("http://evil.com/").startswith('OK tag="urlsieve-failure"')
+    assert h.handle("http://good.org/").startswith('OK tag="urlsieve-failure"')
+    assert any("changed in place" in m for m in logged)
+    compile_snapshot([parse_rule("evil.com", BLOCK, "malware")], path)  # by rename: trusted
+    live.poll()
+    assert h.handle("http://good.org/") == "ERR\n"
 
 
 # -- the loop ---------------------------------------------------------------------------

@@ -49,13 +49,16 @@ def test_bare_url_line() -> None:
     assert (req.channel, req.url, req.client) == (None, "http://a.com/", None)
 
 
-def test_external_acl_fields_are_url_unescaped() -> None:
+def test_external_acl_fields_are_url_unescaped_but_not_the_url() -> None:
     # Squid's external ACL line for "%>ru %>a %un %>rm" plus the appended %DATA "-".
-    req = parse_request("4 http://a.com/x%20y 127.0.0.1 bob%20smith GET -", escaped=True)
+    # Squid 5.7 escapes the URL's non-URL bytes (\xff -> %FF) and leaves "%" alone, so
+    # unescaping it would turn a path's %23 into a "#" that cuts the path.
+    req = parse_request("4 http://a.com/x%20y%23/../ads 127.0.0.1 bob%20smith GET -", escaped=True)
     assert req.channel == "4"
-    assert req.url == "http://a.com/x y"
+    assert req.url == "http://a.com/x%20y%23/../ads"
     assert req.user == "bob smith"
     assert req.method == "GET"
+    assert parse_request(b"http://a/ 1.2.3.4 b%E9b GET", escaped=True).user == "b\udce9b"
 
 
 def test_connect_authority_becomes_https_url() -> None:
@@ -67,12 +70,48 @@ def test_connect_authority_becomes_https_url() -> None:
 
 @pytest.mark.parametrize("line", ["", "   ", "7"])
 def test_lines_without_a_url(line: str) -> None:
-    if line == "7":
-        # A lone number is a URL for the parser (the canonicaliser decides later).
-        assert parse_request(line).url == "7"
-        return
     with pytest.raises(ProtocolError):
         parse_request(line)
+
+
+def test_a_lone_number_is_a_channel_without_url_unless_channels_are_off() -> None:
+    with pytest.raises(ProtocolError) as info:
+        parse_request("7")  # auto: a Squid URL is never a bare number
+    assert info.value.channel == "7"
+    assert parse_request("7", channels=False).url == "7"
+
+
+@pytest.mark.parametrize("space", ["\u3000", "\u2000", "\u200a", "\u2028", "\u00a0", "\x85"])
+def test_only_ascii_space_separates_fields(space: str) -> None:
+    req = parse_request(f"http://bad.org/x{space}/../ads 10.0.0.1/- bob GET".encode())
+    assert req.url == f"http://bad.org/x{space}/../ads"
+    assert (req.client, req.user, req.method) == ("10.0.0.1", "bob", "GET")
+
+
+def test_bytes_that_are_not_utf8_are_kept() -> None:
+    req = parse_request(b"3 http://evil.com/\xff\xe9 10.0.0.1 \xe9ric GET")
+    assert req.channel == "3"
+    assert req.url.encode("utf-8", "surrogateescape") == b"http://evil.com/\xff\xe9"
+    assert req.user is not None and req.user.encode("utf-8", "surrogateescape") == b"\xe9ric"
+
+
+def test_reply_values_are_printable_ascii_whatever_they_hold() -> None:
+    value = 'a\x00b\udcff\ud800é\r\n\t\x7f"'
+    quoted = quote_value(value)
+    assert quoted == '"a%00b%FF%ED%A0%80%C3%A9\\r\\n\\t%7F\\""'
+    assert quoted.isascii() and quoted.isprintable()
+
+
+def test_template_encodes_any_byte() -> None:
+    out = render_template(
+        "http://b/?u=%u&i=%i&n=%n",
+        url="http://evil.com/\udcff",
+        category=None,
+        client="10.0.0.1",
+        client_name="pc\ud800",
+        user="\udce9ric",
+    )
+    assert out == "http://b/?u=http%3A%2F%2Fevil.com%2F%FF&i=%E9ric&n=pc%ED%A0%80"
 
 
 def test_channel_without_url_keeps_the_channel_for_bh() -> None:

@@ -19,6 +19,7 @@ from tests.gateway.servers import (
     Squid,
     make_world_readable,
     origin_server,
+    raw_request,
     request,
     running_squid,
     squid_binary,
@@ -163,11 +164,49 @@ def test_evasion_spellings_are_blocked_through_the_proxy(gateway: Gateway, spell
     assert_denied(gateway, url)
 
 
+# Hostile bytes as a client sends them (issue 9): raw bytes that are not UTF-8, a "%23" or
+# "%3F" that would cut the path if decoded too early, Unicode spaces that str.split() cuts on.
+HOSTILE_TARGETS = [
+    (b"http://evil.test/\xff", "evil.test"),
+    (b"http://evil.test/\xe9t\xe9/\xc0\xaf", "evil.test"),
+    (b"ORIGIN/banners/\xff.gif", "origin.test"),
+    (b"ORIGIN/x%23/../banners/a.gif", "origin.test"),
+    (b"ORIGIN/x%3F/../banners/a.gif", "origin.test"),
+    (b"ORIGIN/x%2523/../banners/a.gif", "origin.test"),
+    (b"ORIGIN/banners//../banners/a.gif", "origin.test"),
+    ("ORIGIN/x\u3000/../banners/a.gif".encode(), "origin.test"),
+    ("ORIGIN/x\u2003/../banners/a.gif".encode(), "origin.test"),
+    ("ORIGIN/x\u2028/../banners/a.gif".encode(), "origin.test"),
+]
+
+
+@pytest.mark.parametrize(("target", "host"), HOSTILE_TARGETS)
+def test_hostile_bytes_are_blocked_in_both_modes_and_squid_stays_up(
+    gateway: Gateway, target: bytes, host: str
+) -> None:
+    origin = f"http://origin.test:{gateway.origin.port}".encode()
+    target = target.replace(b"ORIGIN", origin)
+    host_header = f"{host}:{gateway.origin.port}" if host == "origin.test" else host
+    hits_before = len(gateway.origin.hits)
+    status, headers = raw_request(gateway.squid.rewrite_port, target, host_header)
+    assert status == 302, (target, status)
+    assert urlsplit(headers["location"]).netloc == "block.test"
+    status, headers = raw_request(gateway.squid.acl_port, target, host_header)
+    assert status == 403, (target, status)
+    assert gateway.origin.hits[hits_before:] == []  # nothing reached the origin
+    # The helpers are all still there and Squid still serves.
+    assert len(gateway.squid.helper_pids()) == 6
+    status, _, _ = request(gateway.squid.rewrite_port, gateway.url("/still-up"))
+    assert status == 200
+
+
 def test_no_helper_reported_a_problem(gateway: Gateway) -> None:
     log = gateway.squid.cache_log()
     assert "fail-closed" not in log
     assert "bad request line" not in log
     assert "WARNING: url_rewriter" not in log
+    assert "crashing too rapidly" not in log
+    assert "internal error" not in log
 
 
 def test_snapshot_reload_during_a_stream_of_requests_loses_none(gateway: Gateway) -> None:

@@ -4,7 +4,14 @@
 opened from a compiled snapshot) and swaps in a new one between two requests:
 the new one is loaded and validated first, then one reference assignment makes
 it current, so no request sees a half-loaded rule set and none is dropped. A
-failed reload keeps the old rules and is logged; the next change is tried again.
+failed reload — whatever the error — keeps the old rules and is logged; the next
+change is tried again.
+
+One change is not a reload: a watched file rewritten or truncated *in place*
+(same inode, another size or time: ``cp new.snap live.snap``, ``truncate``)
+changes the memory-mapped rules under the process's feet, so they are dropped
+at once (:meth:`LiveRules.get` raises :class:`NoRules` and the failure mode
+answers) until a file loads again. Snapshots are replaced by rename.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Generic, TypeVar
 
-from urlsieve.exceptions import NoRules, UrlsieveError
+from urlsieve.exceptions import NoRules
 
 __all__ = ["LiveRules", "NoRules"]
 
@@ -34,6 +41,11 @@ def _signature(path: str) -> Signature | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def _same_file(a: Signature | None, b: Signature | None) -> bool:
+    """Whether two signatures name one file (device and inode), whatever its content."""
+    return a is not None and b is not None and a[:2] == b[:2]
+
+
 @dataclass(frozen=True)
 class _Loaded(Generic[T_co]):
     rules: T_co
@@ -46,9 +58,10 @@ class _Loaded(Generic[T_co]):
 class LiveRules(Generic[T_co]):
     """The current rules; call :meth:`poll` between requests and :meth:`get` for each.
 
-    ``load`` builds the rules (it may raise; :class:`UrlsieveError` and ``OSError``
-    are logged and retried later). ``watch`` is a file whose change triggers a
-    reload (checked at most every ``check_seconds``; 0 checks at every poll).
+    ``load`` builds the rules (it may raise anything: the error is logged, the old
+    rules stay, and the load is retried on the next change or signal). ``watch`` is a
+    file whose change triggers a reload (checked at most every ``check_seconds``; 0
+    checks at every poll).
     """
 
     def __init__(
@@ -138,20 +151,29 @@ class LiveRules(Generic[T_co]):
         signature = _signature(self._watch)
         if signature is None or signature == self._failed_signature:
             return False
-        if self._current is not None and signature == self._current.signature:
+        current = self._current
+        if current is not None and signature == current.signature:
             return False
-        return self._reload("file change" if self._current is not None else "retry")
+        if current is not None and _same_file(signature, current.signature):
+            self._drop(f"{self._watch} was changed in place (replace snapshots by rename)")
+        return self._reload("file change" if current is not None else "retry")
 
     def reload(self) -> bool:
         """Reload now; True on success (the old rules stay on failure)."""
         return self._reload("request")
+
+    def _drop(self, why: str) -> None:
+        """Stop using the current rules: they can no longer be trusted."""
+        self._current = None
+        self._error = why
+        self._log(f"rules dropped: {why}; the failure mode answers until a reload succeeds")
 
     def _reload(self, why: str) -> bool:
         signature = _signature(self._watch) if self._watch is not None else None
         started = time.perf_counter()
         try:
             rules = self._load()
-        except (UrlsieveError, OSError) as exc:
+        except Exception as exc:  # any error: the old rules stay (the failure mode if none)
             self._error = f"{type(exc).__name__}: {exc}"
             self._failed_signature = signature
             if why != "start":

@@ -28,17 +28,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from urllib.parse import quote, unquote
+from urllib.parse import quote_from_bytes, unquote_to_bytes
 
 from urlsieve.exceptions import ConfigError, HelperProtocolError
+from urlsieve.url.path import to_bytes
 
 __all__ = [
+    "MAX_LINE",
     "REDIRECT_STATUSES",
     "TEMPLATE_CODES",
     "HelperMode",
     "HelperRequest",
     "ProtocolError",
     "format_reply",
+    "leading_channel",
     "parse_request",
     "quote_value",
     "render_template",
@@ -69,9 +72,15 @@ TEMPLATE_CODES = {
 }
 
 _TEMPLATE_CODE = re.compile(r"%(.)", re.DOTALL)
-_CHANNEL = re.compile(r"[0-9]+")
+_CHANNEL = re.compile(rb"[0-9]{1,20}")
 # CONNECT requests reach url_rewrite as an authority: "host:443" or "[v6]:443".
 _AUTHORITY = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^/\s:@?#]+):[0-9]+")
+# What a quoted reply value keeps as it is: printable ASCII but the two it escapes.
+_UNSAFE_IN_VALUE = re.compile(rb'[^\x20-\x7e]|["\\]')
+
+#: The longest request line the helper reads (bytes, without the newline); a longer
+#: one is answered ``BH`` and its bytes are dropped unread (Squid's own URLs stop at 8 KiB).
+MAX_LINE = 131_072
 
 
 #: Kept under this name here; defined in :mod:`urlsieve.exceptions`.
@@ -80,7 +89,12 @@ ProtocolError = HelperProtocolError
 
 @dataclass(frozen=True, slots=True)
 class HelperRequest:
-    """One request line, split into the fields Squid sends by default."""
+    """One request line, split into the fields Squid sends by default.
+
+    Fields are text decoded from the line's bytes as UTF-8 with ``surrogateescape``:
+    a byte that is not UTF-8 stays in the text as U+DC80-U+DCFF, so the canonicaliser
+    and the block page see the bytes Squid sent, never a replacement character.
+    """
 
     channel: str | None
     url: str
@@ -98,38 +112,62 @@ class HelperRequest:
         return self.url
 
 
+def _text(token: bytes) -> str:
+    return token.decode("utf-8", "surrogateescape")
+
+
+def _unescaped(token: bytes) -> str:
+    return _text(unquote_to_bytes(token))
+
+
 def _field(token: str | None) -> str | None:
     return None if token in (None, "", "-") else token
 
 
+def leading_channel(line: bytes) -> str | None:
+    """The channel ID a line starts with (digits, then a space), or None: for replies to
+    lines that cannot be read at all (too long, or failing in an unforeseen way)."""
+    head, sep, _ = line[:24].partition(b" ")
+    return _text(head) if sep and _CHANNEL.fullmatch(head) else None
+
+
 def parse_request(
-    line: str, *, channels: bool | None = None, escaped: bool = False
+    line: bytes | str, *, channels: bool | None = None, escaped: bool = False
 ) -> HelperRequest:
     """Read one request line (without its newline).
 
-    ``channels``: True when Squid sends channel IDs (``concurrency`` > 0), False when
-    not, None to recognise them (a first token of digits followed by more tokens: a
-    URL is never all digits). ``escaped``: the fields are URL-escaped (external ACL).
+    The line is split on ASCII spaces only (Squid's separator): other white space,
+    Unicode's included (U+3000, U+2028 …), is part of a field. ``channels``: True
+    when Squid sends channel IDs (``concurrency`` > 0), False when not, None to
+    recognise them (a first token of digits: a lone one is a channel ID without a
+    URL, since a Squid URL is never a bare number). ``escaped``: the fields are
+    URL-escaped (external ACL) and are unescaped, except the URL: Squid 5 escapes
+    the bytes of ``%>ru`` that are not URL characters (``\xff`` → ``%FF``) but
+    leaves ``%`` as it is, so unescaping would turn a ``%23`` of the path into a
+    ``#`` that cuts it. The canonicaliser unescapes the URL itself, so it sees the
+    same URL in both helper modes.
     """
-    tokens = line.split()
+    if isinstance(line, str):
+        line = line.encode("utf-8", "surrogateescape")
+    tokens = [token for token in line.split(b" ") if token]
     channel: str | None = None
-    if tokens and (channels or (channels is None and len(tokens) > 1)):
+    if tokens and channels is not False:
         if _CHANNEL.fullmatch(tokens[0]):
-            channel = tokens.pop(0)
+            channel = _text(tokens.pop(0))
         elif channels:
             raise ProtocolError(f"expected a channel ID (a number), got {tokens[0][:80]!r}")
     if not tokens:
         raise ProtocolError("empty request line: expected a URL", channel)
-    decode = unquote if escaped else (lambda s: s)
-    url = decode(tokens[0])
-    if not url or url == "-":
+    url = _text(tokens[0])
+    if url == "-":
         raise ProtocolError("no URL in the request line", channel)
+    decode = _unescaped if escaped else _text
     positional: list[str] = []
     extras: dict[str, str] = {}
     for token in tokens[1:]:
-        key, sep, value = token.partition("=")
-        if sep and key.isidentifier():
-            extras[key] = decode(value)
+        key, sep, value = token.partition(b"=")
+        if sep and key.isascii() and _text(key).isidentifier():
+            extras[_text(key)] = decode(value)
         else:
             positional.append(decode(token))
     client = client_name = None
@@ -141,12 +179,24 @@ def parse_request(
     return HelperRequest(channel, url, client, client_name, user, method, extras)
 
 
+_VALUE_ESCAPES = {b'"': b'\\"', b"\\": b"\\\\", b"\r": b"\\r", b"\n": b"\\n", b"\t": b"\\t"}
+
+
+def _escape_value_byte(match: re.Match[bytes]) -> bytes:
+    byte = match.group()
+    return _VALUE_ESCAPES.get(byte) or b"%%%02X" % byte[0]
+
+
 def quote_value(value: str) -> str:
-    r"""A kv-pair value as Squid reads it: in double quotes, ``\`` and ``"`` escaped."""
-    escaped = (
-        value.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "\\r").replace("\n", "\\n")
-    )
-    return f'"{escaped}"'
+    r"""A kv-pair value as Squid reads it: in double quotes, ``\`` and ``"`` escaped.
+
+    The result is printable ASCII whatever the value holds: CR, LF and TAB are
+    written ``\r``, ``\n``, ``\t`` (Squid's own escapes) and any other byte outside
+    it (NUL, a byte that is not UTF-8, a non-ASCII character) ``%XX``, so a reply
+    is always one line Squid can read.
+    """
+    data = to_bytes(value)
+    return '"' + _UNSAFE_IN_VALUE.sub(_escape_value_byte, data).decode("ascii") + '"'
 
 
 def format_reply(channel: str | None, result: str, **pairs: str | int | None) -> str:
@@ -194,7 +244,7 @@ def render_template(
     user: str | None = None,
     rule: str | None = None,
 ) -> str:
-    """Fill a block page URL; every substituted value is percent-encoded."""
+    """Fill a block page URL; every substituted value is percent-encoded, byte by byte."""
     values = {
         "a": client or "-",
         "n": client_name or client or "-",
@@ -207,6 +257,6 @@ def render_template(
 
     def sub(match: re.Match[str]) -> str:
         code = match.group(1)
-        return "%" if code == "%" else quote(values[code], safe="")
+        return "%" if code == "%" else quote_from_bytes(to_bytes(values[code]), safe="")
 
     return _TEMPLATE_CODE.sub(sub, template)

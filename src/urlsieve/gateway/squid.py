@@ -11,10 +11,19 @@ When the helper cannot decide (no rules could be loaded, an unexpected error,
 a URL the canonicaliser rejects) the *failure mode* answers: ``closed`` (the
 default) blocks, ``open`` allows; both log the reason on stderr, which Squid
 copies to cache.log. A line that is not a request gets ``BH message=…``.
+
+Lines are bytes: they are split on ASCII spaces only, a byte that is not UTF-8
+reaches the canonicaliser and the block page as that byte, and every reply is
+printable ASCII. Nothing a line holds can make :meth:`SquidHelper.handle` raise:
+whatever fails, rendering the block page included, is answered by the failure
+mode. The reader is linear in its input and bounded: a line longer than
+:data:`~urlsieve.gateway.protocol.MAX_LINE` is answered ``BH`` and skipped
+without being buffered.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -25,10 +34,12 @@ from urlsieve.exceptions import InvalidURL
 from urlsieve.gateway.config import FailureMode
 from urlsieve.gateway.live import LiveRules, NoRules
 from urlsieve.gateway.protocol import (
+    MAX_LINE,
     HelperMode,
     HelperRequest,
     ProtocolError,
     format_reply,
+    leading_channel,
     parse_request,
     render_template,
 )
@@ -98,14 +109,28 @@ class SquidHelper:
     ) -> None:
         self.rules = rules
         self.settings = settings
-        self.log = log
+        self.log = _never_raising(log)
         self.stats = HelperStats()
         self._escaped = (
             settings.mode is HelperMode.ACL if settings.escaped is None else settings.escaped
         )
 
-    def handle(self, line: str) -> str:
-        """One request line (without newline) → one reply line (with newline)."""
+    def handle(self, line: bytes | str) -> str:
+        """One request line (without newline) → one reply line (with newline), never raising."""
+        try:
+            return self._handle(line)
+        except Exception as exc:  # the last line of defence: the failure mode answers
+            raw = line if isinstance(line, bytes) else line.encode("utf-8", "surrogateescape")
+            return self._last_resort(leading_channel(raw), f"{type(exc).__name__}: {exc}")
+
+    def too_long(self, head: bytes) -> str:
+        """The reply to a line longer than :data:`MAX_LINE` (``head``: its first bytes)."""
+        self.stats.bad_lines += 1
+        reason = f"request line longer than {MAX_LINE} bytes"
+        self.log(f"bad request line {head[:80]!r}…: {reason}")
+        return format_reply(leading_channel(head), "BH", message=reason)
+
+    def _handle(self, line: bytes | str) -> str:
         try:
             request = parse_request(line, channels=self.settings.channels, escaped=self._escaped)
         except ProtocolError as exc:
@@ -127,6 +152,16 @@ class SquidHelper:
             return self._block(request, verdict.category, where, f"blocked by {where}")
         self.stats.allowed += 1
         return format_reply(request.channel, "ERR")
+
+    def _last_resort(self, channel: str | None, reason: str) -> str:
+        """The failure mode's reply built from constants only, when building any other failed."""
+        self.stats.failures += 1
+        reason = f"internal error: {reason}"[:300]
+        self.log(f"fail-{self.settings.failure_mode.value}: {reason!r}")
+        if self.settings.failure_mode is FailureMode.OPEN:
+            return format_reply(channel, "ERR", log=f"urlsieve fail-open: {reason}")
+        request = HelperRequest(channel, "-")
+        return self._block(request, FAILURE_CATEGORY, "-", f"urlsieve fail-closed: {reason}")
 
     def _failure(self, request: HelperRequest, reason: str) -> str:
         self.stats.failures += 1
@@ -155,6 +190,16 @@ class SquidHelper:
         return format_reply(channel, "OK", status=settings.redirect_status, url=target)
 
 
+def _never_raising(log: Callable[[str], None]) -> Callable[[str], None]:
+    """``log``, made unable to stop a reply: a logger that fails is skipped."""
+
+    def safe(message: str) -> None:
+        with contextlib.suppress(Exception):
+            log(message)
+
+    return safe
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -162,29 +207,55 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def serve(helper: SquidHelper, infd: int = 0, outfd: int = 1, chunk: int = 1 << 16) -> int:
+def serve(
+    helper: SquidHelper,
+    infd: int = 0,
+    outfd: int = 1,
+    chunk: int = 1 << 16,
+    max_line: int = MAX_LINE,
+) -> int:
     """Answer request lines from ``infd`` on ``outfd`` until end of input; returns 0.
 
     Replies to all complete lines of one read are written together, so a batch
     from a concurrent Squid costs one write; a lone request is answered at once.
+    Each read is scanned once for newlines (only the unfinished line is carried
+    over), and a line longer than ``max_line`` bytes is answered as soon as it
+    passes the cap, then skipped up to its newline without being kept.
     """
-    pending = b""
+    pending = bytearray()  # the unfinished line
+    skipping = False  # inside a line already answered as too long
     while True:
         data = os.read(infd, chunk)
         if not data:
             break
         # After the read: a SIGHUP that arrived while waiting applies to these lines.
         helper.rules.poll()
-        pending += data
-        if b"\n" not in data:
-            continue
-        *lines, pending = pending.split(b"\n")
-        handle = helper.handle
-        replies = [handle(raw.rstrip(b"\r").decode("utf-8", "surrogateescape")) for raw in lines]
-        _write_all(outfd, "".join(replies).encode("utf-8", "surrogateescape"))
-    if pending.strip():
-        reply = helper.handle(pending.rstrip(b"\r").decode("utf-8", "surrogateescape"))
-        _write_all(outfd, reply.encode("utf-8", "surrogateescape"))
+        replies: list[str] = []
+        start = 0
+        end = data.find(b"\n")
+        while end >= 0:
+            if skipping:
+                skipping = False
+            elif len(pending) + end - start > max_line:
+                replies.append(helper.too_long(bytes(pending[:80]) or data[start : start + 80]))
+                pending.clear()
+            else:
+                pending += data[start:end]
+                replies.append(helper.handle(bytes(pending).rstrip(b"\r")))
+                pending.clear()
+            start = end + 1
+            end = data.find(b"\n", start)
+        if not skipping and start < len(data):
+            if len(pending) + len(data) - start > max_line:
+                replies.append(helper.too_long(bytes(pending[:80]) or data[start : start + 80]))
+                pending.clear()
+                skipping = True
+            else:
+                pending += data[start:]
+        if replies:
+            _write_all(outfd, "".join(replies).encode("ascii"))
+    if pending.strip() and not skipping:
+        _write_all(outfd, helper.handle(bytes(pending).rstrip(b"\r")).encode("ascii"))
     return 0
 
 
@@ -193,6 +264,9 @@ def stderr_logger(prefix: str) -> Callable[[str], None]:
     pid = os.getpid()
 
     def log(message: str) -> None:
-        print(f"{prefix}[{pid}]: {message}", file=sys.stderr, flush=True)
+        line = f"{prefix}[{pid}]: {message}\n".encode("utf-8", "backslashreplace")
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # stderr closed or odd
+            sys.stderr.buffer.write(line)
+            sys.stderr.buffer.flush()
 
     return log
