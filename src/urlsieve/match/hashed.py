@@ -27,6 +27,10 @@ from urlsieve.url import URL, parse_url
 
 __all__ = ["HashMatcher"]
 
+#: Hosts longer than a DNS name are answered but not cached (the cache's memory stays
+#: bounded by its entry count times this).
+_CACHED_HOST_LENGTH = 253
+
 
 class _Table:
     """The rules of one host (exact-host, subdomain-covering, or both merged)."""
@@ -312,9 +316,10 @@ class HashMatcher:
             chain = self._cache.get(host)
             if chain is None:
                 chain = self._chain(host, url.is_ip)
-                if len(self._cache) >= self.cache_size:
-                    self._cache.clear()
-                self._cache[host] = chain
+                if len(host) <= _CACHED_HOST_LENGTH:  # a flood of huge hosts is not kept
+                    if len(self._cache) >= self.cache_size:
+                        self._cache.clear()
+                    self._cache[host] = chain
         else:
             chain = self._chain(host, url.is_ip, trace)
         path = url.path.lower()  # rule paths are lower-case: matching ignores case

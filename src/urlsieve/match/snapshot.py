@@ -41,7 +41,7 @@ import struct
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,20 +105,40 @@ def _align(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def _suffixes(url: URL) -> list[str]:
-    """The host, then every parent at a label boundary (an address has only itself).
+def _suffix_starts(url: URL) -> Iterator[tuple[int, int]]:
+    """``(start, labels)`` of the host, then of every parent at a label boundary (an
+    address has only itself), without building a string: linear in the host's length.
 
     Like the production matcher, no Public Suffix List work per request: no rule
     can be a bare public suffix, so probing ``com`` finds nothing and is harmless.
     """
     host = url.host
+    labels = host.count(".") + 1
+    yield 0, labels
     if url.is_ip or host.startswith("["):
-        return [host]
-    out = [host]
+        return
     at = host.find(".")
     while at >= 0:
-        out.append(host[at + 1 :])
+        labels -= 1
+        yield at + 1, labels
         at = host.find(".", at + 1)
+
+
+def _path_candidates(path: str, query: str | None) -> list[tuple[int, int, bool]]:
+    """``(end, depth bit, is the exact path)`` of what a host's rules are probed with, most
+    specific first: the path with its query (end -1), the path, each prefix ending at a
+    ``/``. Ends, not strings: a prefix is cut only when its depth is in the rule set."""
+    out: list[tuple[int, int, bool]] = []
+    if query is not None:
+        out.append((-1, _QUERY_BIT, True))
+    slashes = path.count("/")
+    out.append((len(path), 1 << min(slashes, _DEEP_BIT), True))
+    depth = slashes - 1 if path.endswith("/") else slashes
+    cut = path.rfind("/", 0, len(path) - 1)
+    while cut >= 0:
+        out.append((cut + 1, 1 << min(depth, _DEEP_BIT), False))
+        depth -= 1
+        cut = path.rfind("/", 0, cut)
     return out
 
 
@@ -527,34 +547,29 @@ class SnapshotMatcher:
         return rule
 
     def _best(self, url: URL, probes: list[str] | None) -> Rule | None:
+        """The deciding rule. Linear in the URL: host levels and path prefixes are cut
+        out of the URL only at the depths the rule set has."""
         host_depths = self._host_depths
+        full_host = url.host
         path = url.path.lower()  # rule paths are lower-case: matching ignores case
         query = None if url.query is None else url.query.lower()
-        # (expression suffix, depth bit, is the exact path, is the path+query)
-        candidates: list[tuple[str, int, bool]] | None = None
-        for level, host in enumerate(_suffixes(url)):
-            labels = host.count(".") + 1
+        candidates: list[tuple[int, int, bool]] | None = None
+        for level, (start, labels) in enumerate(_suffix_starts(url)):
             if not host_depths >> min(labels, 63) & 1:
                 continue
+            host = full_host[start:]
             if probes is not None:
                 probes.append(host)
             depths = self._probe(self._hosts, self._host_mask, host)
             if not depths:
                 continue
             if candidates is None:
-                candidates = []
-                if query is not None:
-                    candidates.append((f"{path}?{query}", _QUERY_BIT, True))
-                candidates.append((path, 1 << _depth(path), True))
-                cut = path.rfind("/", 0, len(path) - 1)
-                while cut >= 0:
-                    prefix = path[: cut + 1]
-                    candidates.append((prefix, 1 << _depth(prefix), False))
-                    cut = path.rfind("/", 0, cut)
+                candidates = _path_candidates(path, query)
             best: tuple[int, int] | None = None
-            for suffix, bit, exact_path in candidates:
+            for end, bit, exact_path in candidates:
                 if not depths & bit:
                     continue
+                suffix = f"{path}?{query}" if end < 0 else path[:end]
                 expr = host + suffix
                 if probes is not None:
                     probes.append(expr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 
 from publicsuffixlist import PublicSuffixList
 
@@ -10,7 +11,13 @@ from urlsieve.url.model import URL
 from urlsieve.url.parse import parse_url
 from urlsieve.url.profile import FILTER, Profile
 
-__all__ = ["host_suffixes", "is_public_suffix", "lookup_expressions", "path_prefixes"]
+__all__ = [
+    "MAX_EXPRESSIONS",
+    "host_suffixes",
+    "is_public_suffix",
+    "lookup_expressions",
+    "path_prefixes",
+]
 
 
 @functools.cache
@@ -45,20 +52,55 @@ def host_suffixes(host: str, *, is_ip: bool = False) -> tuple[str, ...]:
 
 def path_prefixes(path: str, query: str | None = None) -> list[str]:
     """The path with its query, the path, then each prefix ending at a ``/`` (longest first)."""
-    out = [f"{path}?{query}", path] if query is not None else [path]
-    cut = path.rfind("/", 0, len(path) - 1)
-    while cut >= 0:
-        out.append(path[: cut + 1])
-        cut = path.rfind("/", 0, cut)
-    return out
+    return list(_iter_path_prefixes(path, query))
 
 
-def lookup_expressions(url: str | URL, profile: Profile = FILTER) -> list[str]:
+#: How many expressions :func:`lookup_expressions` returns at most by default: their number
+#: is host labels × path prefixes, which a hostile URL makes quadratic in its length.
+MAX_EXPRESSIONS = 1_000
+
+
+def lookup_expressions(
+    url: str | URL, profile: Profile = FILTER, *, limit: int | None = MAX_EXPRESSIONS
+) -> list[str]:
     """Every ``host/path[?query]`` a rule covering ``url`` can be written as, most specific first.
 
     >>> lookup_expressions("http://a.b.example.com/1/2.html?x=y")[:3]
     ['a.b.example.com/1/2.html?x=y', 'a.b.example.com/1/2.html', 'a.b.example.com/1/']
+
+    At most ``limit`` expressions (the most specific ones; ``None``: all of them).
+    The matchers never build this list: they probe only the depths their rules have.
     """
     parts = url if isinstance(url, URL) else parse_url(url, profile)
-    paths = path_prefixes(parts.path, parts.query)
-    return [h + p for h in host_suffixes(parts.host, is_ip=parts.is_ip) for p in paths]
+    out: list[str] = []
+    for host in _iter_host_suffixes(parts.host, parts.is_ip):
+        for path in _iter_path_prefixes(parts.path, parts.query):
+            if limit is not None and len(out) >= limit:
+                return out
+            out.append(host + path)
+    return out
+
+
+def _iter_host_suffixes(host: str, is_ip: bool) -> Iterator[str]:
+    """:func:`host_suffixes`, one at a time (a caller that stops early builds no more)."""
+    if is_ip or host.startswith("["):
+        yield host
+        return
+    public = _suffix_list().publicsuffix(host)
+    count = host.count(".") + 1 - (public.count(".") + 1 if public else 1)
+    yield host
+    at = host.find(".")
+    for _ in range(count - 1):
+        yield host[at + 1 :]
+        at = host.find(".", at + 1)
+
+
+def _iter_path_prefixes(path: str, query: str | None) -> Iterator[str]:
+    """:func:`path_prefixes`, one at a time."""
+    if query is not None:
+        yield f"{path}?{query}"
+    yield path
+    cut = path.rfind("/", 0, len(path) - 1)
+    while cut >= 0:
+        yield path[: cut + 1]
+        cut = path.rfind("/", 0, cut)
