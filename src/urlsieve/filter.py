@@ -61,31 +61,30 @@ class Filter:
     ) -> Filter:
         """From list files and squidGuard trees (see :func:`urlsieve.rules.load_lists`).
 
-        ``block`` lists are read as block lists (``@@`` lines and squidGuard
-        categories whose ``usage`` says ``white`` are allow rules);
-        ``allow`` lists are all allow rules. Bad lines are skipped and kept
-        in :attr:`warnings`; with ``strict`` the first one raises
-        :class:`~urlsieve.RuleSyntaxError`. With ``categories``, only block rules of
-        those categories are kept (allow rules all are); the choice is made as each
-        rule is read, before duplicates are dropped, so a domain listed in a chosen
-        and an unchosen category stays blocked.
+        ``block`` lists are read as block lists (``@@`` lines are allow rules) and
+        ``allow`` lists as allow lists: a list is what it is named as, whatever a
+        squidGuard ``usage`` file says. A white-usage category (an allow list, such
+        as UT1's ``liste_bu``) inside a block tree is skipped unless selected by
+        name, and reported in :attr:`skipped`. Bad lines are skipped and kept in
+        :attr:`warnings`; with ``strict`` the first one raises
+        :class:`~urlsieve.RuleSyntaxError`. With ``categories``, only those
+        categories of the trees are read, in block and allow trees alike (an alias
+        such as UT1's ``porn`` selects the category it points to); a list file or a
+        category directory named on its own is always read. Unselected categories
+        are not read at all, so a domain listed in a chosen and an unchosen
+        category stays blocked.
         """
         matcher = HashMatcher()
-        chosen = frozenset(categories)
-
-        def sink(rule: Rule) -> bool:
-            if chosen and rule.action == BLOCK and rule.category not in chosen:
-                return True  # read and valid; its category is not selected
-            return matcher.add(rule)
 
         def load(paths: Sequence[PathLike], action: str | None) -> LoadResult:
             return load_lists(
                 paths,
                 action=action,
                 format=format,
+                categories=categories or None,
                 strict=strict,
                 progress=progress,
-                sink=sink,
+                sink=matcher.add,
             )
 
         result = load(block, None)
@@ -93,6 +92,9 @@ class Filter:
             extra = load(allow, ALLOW)
             result.reports += extra.reports
             result.aliases.update(extra.aliases)
+            result.skipped += extra.skipped
+            for name, where in extra.categories.items():
+                result.categories.setdefault(name, where)
         return cls(matcher, load=result)
 
     @classmethod
@@ -125,6 +127,16 @@ class Filter:
     def aliases(self) -> dict[str, str]:
         """squidGuard alias category → the category it names."""
         return dict(self._load.aliases)
+
+    @property
+    def categories(self) -> dict[str, str]:
+        """Every category found in the trees read, loaded or not (name → directory)."""
+        return dict(self._load.categories)
+
+    @property
+    def skipped(self) -> list[str]:
+        """Categories of trees not loaded, each with the reason."""
+        return list(self._load.skipped)
 
     def check(self, url: str | URL) -> Verdict:
         """The verdict for ``url``; :class:`~urlsieve.InvalidURL` if it has no usable host."""

@@ -144,7 +144,8 @@ def test_from_lists_with_allow_lists_and_reports(tmp_path: Path) -> None:
 
 def test_bundled_sample_lists_block_the_sample_evasions() -> None:
     root = Path(__file__).resolve().parents[2] / "src" / "urlsieve" / "data"
-    flt = Filter.from_lists([root / "sample-lists"])
+    # "allowed" is a white-usage category: an allow list where named as one.
+    flt = Filter.from_lists([root / "sample-lists"], [root / "sample-lists" / "allowed"])
     assert flt.warnings == []
     expected = {
         "HTTP://WWW.Example-Tracker.TEST:80/./banner.js#x": ("block", "ads"),

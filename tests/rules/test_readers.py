@@ -149,17 +149,21 @@ def test_squidguard_tree(tmp_path: Path) -> None:
     result = load_lists([root])
     assert result.aliases == {"ads": "publicite", "pub": "publicite"}
     by_file = {Path(r.source).relative_to(root).as_posix(): r for r in result.reports}
+    # The white-usage category is an allow list: not read from a block tree, but reported.
     assert sorted(by_file) == [
         "chat/domains",
-        "liste_blanche/domains",
         "malware/domains",
         "publicite/domains",
         "publicite/expressions",
         "publicite/urls",
     ]
+    assert result.skipped == [
+        f"{root / 'liste_blanche'}: white-usage category skipped (an allow list): name it in "
+        "--allow to allow it, or in --categories to block it"
+    ]
+    assert sorted(result.categories) == ["chat", "liste_blanche", "malware", "publicite"]
     for report in by_file.values():
         assert_accounted(report)
-    assert by_file["liste_blanche/domains"].action == ALLOW
     assert by_file["chat/domains"].action == BLOCK
     assert by_file["malware/domains"].duplicates == 0  # same pattern, other category: not a dup
     assert by_file["malware/domains"].skipped == 1
@@ -171,7 +175,11 @@ def test_squidguard_tree(tmp_path: Path) -> None:
     assert ("publicite", "example.net/b") in rules
     assert ("publicite", "web.de/x") in rules
     assert rules[("publicite", "example.org/ads/")].pattern == "www.example.org/ads/"
-    assert rules[("liste_blanche", "gouv.fr/")].action == ALLOW
+    allowed = load_lists([root / "liste_blanche"], action=ALLOW)
+    assert {r.location: r.action for r in allowed.rules}["gouv.fr/"] == ALLOW
+    selected = load_lists([root], categories=["ads", "liste_blanche"])
+    assert sorted({r.category for r in selected.rules}) == ["liste_blanche", "publicite"]
+    assert {r.action for r in selected.rules} == {BLOCK}
 
 
 def test_tree_duplicates_across_categories_keep_the_first(tmp_path: Path) -> None:

@@ -39,6 +39,17 @@ def add_list_arguments(p: argparse.ArgumentParser) -> None:
         help="allow lists (every rule in them allows)",
     )
     g.add_argument(
+        "--categories",
+        metavar="NAME,...",
+        help="read only these categories of the trees (an alias selects its target)",
+    )
+    g.add_argument(
+        "--config",
+        metavar="FILE",
+        help="take lists, allow lists, categories or the snapshot from this gateway "
+        "configuration (or $URLSIEVE_CONFIG); options win over $URLSIEVE_* over the file",
+    )
+    g.add_argument(
         "--list-format",
         choices=("auto", *sorted(FORMATS)),
         default="auto",
@@ -101,34 +112,70 @@ def take_urls(args: argparse.Namespace) -> list[str]:
     return moved + list(args.urls)
 
 
+def _rule_sources(args: argparse.Namespace) -> tuple[list[str], list[str], list[str], str | None]:
+    """``(lists, allow, categories, snapshot)`` from the options, the environment and
+    ``--config``, with the gateway's precedence (options > ``URLSIEVE_*`` > file)."""
+    from urlsieve.gateway.config import load_config
+
+    config = load_config(
+        args.config,
+        env=os.environ,
+        overrides={
+            "lists": args.lists or None,
+            "allow": args.allow or None,
+            "categories": args.categories,
+        },
+        needs_rules=False,
+    )
+    snapshot = config.snapshot if not args.lists and not args.allow else None
+    if snapshot is not None and not os.path.exists(snapshot) and config.lists:
+        snapshot = None  # not compiled yet: read the lists it would be compiled from
+    return list(config.lists), list(config.allow), list(config.categories), snapshot
+
+
 def load_filter(args: argparse.Namespace) -> Filter:
-    """Build the filter from ``--lists``/``--allow``; report bad lines on stderr.
+    """Build the filter from ``--lists``/``--allow`` (or ``--config``); report bad lines.
 
     A compiled snapshot (``urlsieve compile``) given as the only ``--lists``
     path is opened memory-mapped instead of read as a text list.
     """
-    if not args.lists and not args.allow:
-        raise ConfigError("no rules: give --lists PATH... (block) and/or --allow PATH...")
+    from urlsieve.gateway.rules import check_selection
     from urlsieve.match.snapshot import is_snapshot
 
-    snapshots = [p for p in [*args.lists, *args.allow] if os.path.isfile(p) and is_snapshot(p)]
+    lists, allow, categories, configured_snapshot = _rule_sources(args)
+    if configured_snapshot is not None:
+        if categories:
+            raise ConfigError(
+                "--categories chooses among list trees, and the configuration gives a "
+                "compiled snapshot: give --lists, or compile the selection"
+            )
+        return Filter.load(configured_snapshot)
+    if not lists and not allow:
+        raise ConfigError("no rules: give --lists PATH... (block) and/or --allow PATH...")
+    snapshots = [p for p in [*lists, *allow] if os.path.isfile(p) and is_snapshot(p)]
     if snapshots:
-        if snapshots == list(args.lists) and len(args.lists) == 1 and not args.allow:
-            return Filter.load(args.lists[0])
+        if snapshots == lists and len(lists) == 1 and not allow and not categories:
+            return Filter.load(lists[0])
         raise ConfigError(
             f"{snapshots[0]} is a compiled snapshot, a whole rule set: give it alone as "
             "--lists FILE, or compile the other lists into it with `urlsieve compile`"
         )
-    files = list_files([*args.lists, *args.allow])
+    files = list_files([*lists, *allow])
     total = sum(f.stat().st_size for f in files)
     bar = _Bar(total) if total >= PROGRESS_BYTES and sys.stderr.isatty() else None
     try:
         flt = Filter.from_lists(
-            args.lists, args.allow, format=args.list_format, strict=args.strict, progress=bar
+            lists,
+            allow,
+            format=args.list_format,
+            strict=args.strict,
+            progress=bar,
+            categories=categories,
         )
     finally:
         if bar is not None:
             bar.close()
+    check_selection(flt, categories)
     warnings = flt.warnings
     shown = warnings if args.all_warnings else warnings[:MAX_WARNINGS]
     for warning in shown:
@@ -139,6 +186,8 @@ def load_filter(args: argparse.Namespace) -> Filter:
             "(--all-warnings shows them)",
             file=sys.stderr,
         )
+    for skipped in flt.skipped:
+        print(f"urlsieve: note: {skipped}", file=sys.stderr)
     if not len(flt):
         print(
             "urlsieve: warning: the lists gave no rules (check the paths and their format)",

@@ -8,8 +8,10 @@ import sys
 import time
 from typing import Any
 
-from urlsieve.exceptions import ConfigError
-from urlsieve.gateway.config import ENV_VARS, describe, load_config
+from urlsieve.exceptions import ConfigError, UrlsieveError
+from urlsieve.filter import Filter
+from urlsieve.gateway.config import ENV_VARS, GatewayConfig, describe, load_config
+from urlsieve.gateway.rules import check_selection
 from urlsieve.match.snapshot import SnapshotError, read_snapshot_info
 
 
@@ -32,6 +34,21 @@ def register(sub: Any) -> None:
     check.set_defaults(run=run)
 
 
+def _selection(config: GatewayConfig, problems: list[str]) -> list[str]:
+    """Read the lists as the gateway would and say what each selected category gives."""
+    try:
+        source = Filter.from_lists(config.lists, config.allow, categories=config.categories)
+        lines = check_selection(source, config.categories)
+    except UrlsieveError as exc:
+        problems.append(str(exc))
+        return []
+    lines.append(f"lists: {len(source)} rules in force, {len(source.warnings)} bad lines skipped")
+    lines += [f"note: {skipped}" for skipped in source.skipped]
+    if not len(source):
+        problems.append("the lists give no rule")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     config = load_config(args.file, env=os.environ)
     if config.helper_configured:
@@ -41,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     for path in (*config.lists, *config.allow):
         if not os.path.exists(path):
             problems.append(f"list {path} does not exist")
+    if (config.lists or config.allow) and not problems:
+        lines += _selection(config, problems)
     if config.snapshot:
         if os.path.exists(config.snapshot):
             try:

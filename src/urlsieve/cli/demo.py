@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         lists = Path(stack.enter_context(resources.as_file(resources.files("urlsieve"))))
         lists /= "data/sample-lists"
-        sieve = Filter.from_lists([lists])
+        # The sample tree's "allowed" category is a white-usage list: named as an allow list.
+        sieve = Filter.from_lists([lists], [lists / "allowed"])
         print(f"Filtering {len(urls)} sample requests with {len(sieve)} rules from {lists}\n")
         width = max(len(u) for u in urls)
         print(f"{'request':<{width}}  {'action':<7} {'category':<12} rule")

@@ -17,8 +17,63 @@ from urlsieve.match.snapshot import (
     compile_snapshot,
     read_snapshot_info,
 )
+from urlsieve.rules.model import ALLOW, BLOCK
 
-__all__ = ["compile_lists", "filter_loader", "rules_info"]
+__all__ = [
+    "category_rules",
+    "check_selection",
+    "compile_lists",
+    "filter_loader",
+    "rules_info",
+]
+
+
+def category_rules(source: Filter) -> dict[tuple[str, str], tuple[int, int]]:
+    """Per ``(category, action)``: the rules its lists give, and how many of them another
+    category read first also lists (from the load reports)."""
+    counts: dict[tuple[str, str], tuple[int, int]] = {}
+    for report in source.reports:
+        key = (report.category, report.action)
+        given, shared = counts.get(key, (0, 0))
+        counts[key] = (given + report.loaded + report.duplicates, shared + report.duplicates)
+    return counts
+
+
+def check_selection(source: Filter, categories: Sequence[str]) -> list[str]:
+    """Lines saying what each selected category gives (aliases resolved).
+
+    Raises :class:`ConfigError` for a name the lists do not have (saying which they
+    have) and for a selection that gives no rule at all.
+    """
+    if not categories:
+        return []
+    aliases = source.aliases
+    present = set(source.categories) | set(aliases) | {r.category for r in source.reports}
+    missing = [c for c in categories if c not in present]
+    if missing:
+        known = ", ".join(sorted(present)) or "none"
+        raise ConfigError(
+            f"categories not found in the lists: {', '.join(missing)} (the lists have: {known})"
+        )
+    counts = category_rules(source)
+    lines = []
+    total = 0
+    for name in categories:
+        target = aliases.get(name, name)
+        parts = []
+        for action in (BLOCK, ALLOW):
+            given, shared = counts.get((target, action), (0, 0))
+            total += given
+            also = f" ({shared} also in another category)" if shared else ""
+            parts.append(f"{given} {action} rules{also}")
+        shown = name if target == name else f"{name} (alias of {target})"
+        lines.append(f"category {shown}: {', '.join(parts)}")
+    if not total:
+        raise ConfigError(
+            f"the selected categories ({', '.join(categories)}) give no rule: "
+            "choose categories with domains or urls files"
+        )
+    return lines
 
 
 def compile_lists(
@@ -31,14 +86,8 @@ def compile_lists(
 ) -> tuple[SnapshotInfo, Filter]:
     """Read the lists and compile the selected rules into a snapshot at ``output``."""
     source = Filter.from_lists(lists, allow, strict=strict, categories=categories)
-    present = {r.category for r in source.reports} | set(source.aliases)
-    missing = [c for c in categories if c not in present]
-    if missing:
-        known = ", ".join(sorted(present)) or "none"
-        raise ConfigError(
-            f"categories not found in the lists: {', '.join(missing)} (the lists have: {known})"
-        )
-    rules = source.rules  # already only the selected categories' block rules
+    check_selection(source, categories)
+    rules = source.rules  # already only the selected categories' rules
     meta: dict[str, Any] = {
         "lists": [os.path.abspath(p) for p in lists],
         "allow": [os.path.abspath(p) for p in allow],
@@ -73,7 +122,9 @@ def filter_loader(config: GatewayConfig) -> Callable[[], Filter]:
         return load_snapshot
 
     def load_lists() -> Filter:
-        return Filter.from_lists(config.lists, config.allow, categories=config.categories)
+        loaded = Filter.from_lists(config.lists, config.allow, categories=config.categories)
+        check_selection(loaded, config.categories)
+        return loaded
 
     return load_lists
 

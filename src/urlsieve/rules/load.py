@@ -14,17 +14,30 @@ A path is read by what it is:
 In a category directory: ``domains`` are host rules; ``urls`` are
 host/path rules whose leading ``www``/``web``/``ftp`` label (with digits,
 ``www2.``) is dropped as squidGuard does, unless that would leave a public
-suffix; ``usage`` decides the action when none is forced (a usage of ``white``
-without ``black`` is an allow list; UT1 writes ``black white`` for lists
-meant for either use, and those block); ``expressions`` files hold regular expressions,
-which urlsieve does not apply: each of their lines is reported and skipped.
+suffix; ``expressions`` files hold regular expressions, which urlsieve does not
+apply: each of their lines is reported and skipped.
+
+The action comes from where a list is named, never from the list itself: every
+rule of a block list blocks (``@@`` lines excepted), every rule of an allow list
+allows. A category's ``usage`` file only tells which categories of a *tree* are
+meant as allow lists (``white`` without ``black``; UT1 writes ``black white`` for
+lists usable either way): such a category is not loaded from a tree given as a
+block list unless it is selected by name, and is reported as skipped. A category
+directory named on its own is loaded as what it was named as.
+
+``categories`` selects the categories of trees (block and allow trees alike; an
+alias selects the category it points to); a category directory or a list file
+named on its own is always loaded.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
 import re
-from collections.abc import Callable, Sequence
+import zlib
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +55,10 @@ from urlsieve.rules.readers import (
     strip_comment,
 )
 
-__all__ = ["LoadResult", "list_files", "load_lists"]
+__all__ = ["MAX_LIST_BYTES", "LoadResult", "list_files", "load_lists", "read_list_text"]
+
+#: The largest list file read (after gunzipping): 1 GiB.
+MAX_LIST_BYTES = 1 << 30
 
 _WWW = re.compile(r"(?:www|web|ftp)[0-9]*\.", re.IGNORECASE)
 _DOMAIN_FILES = ("domains",)
@@ -60,6 +76,10 @@ class LoadResult:
     reports: list[ListReport] = field(default_factory=list)
     #: squidGuard alias name → the category it points to.
     aliases: dict[str, str] = field(default_factory=dict)
+    #: Every category found in the trees, loaded or not (name → directory).
+    categories: dict[str, str] = field(default_factory=dict)
+    #: Categories of trees not loaded, with the reason (a white-usage one in a block tree).
+    skipped: list[str] = field(default_factory=list)
 
     @property
     def warnings(self) -> list[RuleSyntaxError]:
@@ -104,24 +124,65 @@ def _expression_line(text: str, number: int, ctx: LineContext) -> list[Rule]:
     )
 
 
-def _usage_action(directory: Path) -> str:
+def _white_usage(directory: Path) -> bool:
+    """Whether a category's ``usage`` says it is meant as an allow list."""
     usage = directory / "usage"
     if usage.is_file():
-        words = usage.read_text("utf-8", errors="replace").lower().split()
+        with usage.open("rb") as fh:
+            words = fh.read(4096).decode("utf-8", "replace").lower().split()
         # UT1 writes "black white" for lists usable either way: only "white" alone allows.
-        if "white" in words and "black" not in words:
-            return ALLOW
-    return BLOCK
+        return "white" in words and "black" not in words
+    return False
 
 
 def _is_category_dir(path: Path) -> bool:
     return any((path / name).is_file() for name in (*_DOMAIN_FILES, *_URL_FILES))
 
 
+def read_list_text(path: Path) -> str:
+    """A list file's text: gzip-compressed files are read as what they hold, bytes that are
+    not UTF-8 are kept (as ``surrogateescape``, which the canonicaliser maps back to the
+    byte), and a file that is not text is refused with the reason."""
+    with path.open("rb") as fh:
+        data = fh.read(MAX_LIST_BYTES + 1)
+        if data[:2] == b"\x1f\x8b":
+            data = _gunzip(path, data)
+    if len(data) > MAX_LIST_BYTES:
+        raise RuleSyntaxError(f"larger than {MAX_LIST_BYTES} bytes: split the list", str(path))
+    if data[257:262] == b"ustar":
+        raise RuleSyntaxError(
+            "a tar archive, not a list: extract it and give the directory", str(path)
+        )
+    nul = data.find(b"\x00", 0, 1 << 16)
+    if nul >= 0 or data.startswith((b"\x7fELF", b"PK\x03\x04", b"%PDF")):
+        at = f" (a NUL byte at offset {nul})" if nul >= 0 else ""
+        raise RuleSyntaxError(f"binary data, not a text list{at}", str(path))
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _gunzip(path: Path, data: bytes) -> bytes:
+    """``data`` gunzipped, stopping at :data:`MAX_LIST_BYTES` (a gzip bomb is refused)."""
+    out = bytearray()
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
+            while chunk := gz.read(1 << 20):
+                out += chunk
+                if len(out) > MAX_LIST_BYTES:
+                    raise RuleSyntaxError(
+                        f"decompresses to more than {MAX_LIST_BYTES} bytes", str(path)
+                    )
+    except (OSError, EOFError, zlib.error) as exc:
+        raise RuleSyntaxError(f"damaged gzip data ({exc})", str(path)) from exc
+    return bytes(out)
+
+
 def _alias_target(entry: Path) -> str | None:
     """The category a symlink (or git's symlink-as-text-file) in a tree points to."""
     if entry.is_symlink():
-        target = entry.resolve()
+        try:
+            target = entry.resolve(strict=True)
+        except (OSError, RuntimeError) as exc:  # a dangling link, or a loop
+            raise RuleSyntaxError(f"unusable symlink ({exc})", str(entry)) from exc
         return target.name if target.is_dir() else None
     if entry.is_file() and entry.stat().st_size < 256:
         try:
@@ -133,14 +194,18 @@ def _alias_target(entry: Path) -> str | None:
     return None
 
 
-def _tree_categories(root: Path, aliases: dict[str, str]) -> list[Path]:
+def _tree_categories(root: Path, aliases: dict[str, str], problems: list[str]) -> list[Path]:
     if _is_category_dir(root):
         return [root]
     out = []
     for entry in sorted(root.iterdir()):
         if entry.name.startswith("."):
             continue
-        target = _alias_target(entry)
+        try:
+            target = _alias_target(entry)
+        except RuleSyntaxError as exc:  # reported; the rest of the tree still loads
+            problems.append(f"{exc}: skipped")
+            continue
         if target is not None:
             aliases[entry.name] = target
         elif entry.is_dir() and _is_category_dir(entry):
@@ -155,6 +220,7 @@ class _Loader:
         action: str | None,
         format: str,
         category: str | None,
+        categories: Collection[str] | None,
         strict: bool,
         progress: Progress | None,
         sink: RuleSink | None,
@@ -166,6 +232,7 @@ class _Loader:
         self.action = action
         self.format = format
         self.category = category
+        self.categories = None if categories is None else frozenset(categories)
         self.strict = strict
         self.progress = progress
         self.result = LoadResult()
@@ -182,12 +249,15 @@ class _Loader:
         parse: Callable[[str, int, LineContext], list[Rule]],
         category: str,
         action: str,
+        *,
+        text: str | None = None,
     ) -> None:
         report = ListReport(str(path), fmt, category, action)
         self.result.reports.append(report)
         # One read and one split: the strings a rule keeps (its host) then sit together in
         # memory instead of between freed line buffers, which keeps the resident size low.
-        text = path.read_text(encoding="utf-8", errors="replace")
+        if text is None:
+            text = read_list_text(path)
         lines = text.split("\n")
         if lines and not lines[-1]:
             lines.pop()
@@ -195,27 +265,51 @@ class _Loader:
         read_lines(lines, parse, report, self.sink, strict=self.strict, progress=self.progress)
 
     def file(self, path: Path) -> None:
+        text = read_list_text(path)
         fmt = self.format
         if fmt == "auto":
-            with path.open(encoding="utf-8", errors="replace") as fh:
-                head = [line for _, line in zip(range(200), fh, strict=False)]
-            fmt = sniff_format(path.name, head)
-        category = self.category or path.stem
-        self._read(path, fmt, FORMATS[fmt](), category, self.action or BLOCK)
+            fmt = sniff_format(path.name.removesuffix(".gz"), text[: 1 << 20].split("\n", 200))
+        category = self.category or Path(path.name.removesuffix(".gz")).stem
+        self._read(path, fmt, FORMATS[fmt](), category, self.action or BLOCK, text=text)
 
     def tree(self, root: Path) -> None:
-        for directory in _tree_categories(root, self.result.aliases):
-            category = self.category or directory.name
-            action = self.action or _usage_action(directory)
-            for entry in sorted(directory.iterdir()):
-                if not entry.is_file():
-                    continue
-                if entry.name in _DOMAIN_FILES:
-                    self._read(entry, "squidguard-domains", _domains_line, category, action)
-                elif entry.name in _URL_FILES:
-                    self._read(entry, "squidguard-urls", _urls_line, category, action)
-                elif _EXPRESSION_FILES.fullmatch(entry.name):
-                    self._read(entry, "squidguard-expressions", _expression_line, category, action)
+        result = self.result
+        if _is_category_dir(root):  # named on its own: loaded as what it was named as
+            result.categories.setdefault(root.name, str(root))
+            self.category_dir(root, self.action or BLOCK)
+            return
+        aliases: dict[str, str] = {}
+        directories = _tree_categories(root, aliases, result.skipped)
+        result.aliases.update(aliases)
+        selected = (
+            None
+            if self.categories is None
+            else {aliases.get(name, name) for name in self.categories}
+        )
+        for directory in directories:
+            name = directory.name
+            result.categories.setdefault(name, str(directory))
+            if selected is not None and name not in selected:
+                continue
+            if selected is None and self.action is None and _white_usage(directory):
+                result.skipped.append(
+                    f"{directory}: white-usage category skipped (an allow list): name it in "
+                    "--allow to allow it, or in --categories to block it"
+                )
+                continue
+            self.category_dir(directory, self.action or BLOCK)
+
+    def category_dir(self, directory: Path, action: str) -> None:
+        category = self.category or directory.name
+        for entry in sorted(directory.iterdir()):
+            if not entry.is_file():
+                continue
+            if entry.name in _DOMAIN_FILES:
+                self._read(entry, "squidguard-domains", _domains_line, category, action)
+            elif entry.name in _URL_FILES:
+                self._read(entry, "squidguard-urls", _urls_line, category, action)
+            elif _EXPRESSION_FILES.fullmatch(entry.name):
+                self._read(entry, "squidguard-expressions", _expression_line, category, action)
 
 
 def load_lists(
@@ -224,6 +318,7 @@ def load_lists(
     action: str | None = None,
     format: str = "auto",
     category: str | None = None,
+    categories: Collection[str] | None = None,
     strict: bool = False,
     progress: Progress | None = None,
     sink: RuleSink | None = None,
@@ -231,8 +326,9 @@ def load_lists(
     """Read list files and squidGuard trees (see the module docstring) into one rule set.
 
     ``action`` forces ``block`` or ``allow`` for every rule (``@@`` lines
-    stay allow rules); ``None`` means block, or what a squidGuard
-    category's ``usage`` says. A rule whose key and action were already read
+    stay allow rules); ``None`` means block, and white-usage categories of trees
+    are skipped unless selected. ``categories`` selects the categories of trees
+    (aliases resolved). A rule whose key and action were already read
     (from any file) is counted as a duplicate and dropped. ``strict`` raises
     :class:`RuleSyntaxError` at the first bad line; otherwise bad lines are
     in each report's ``warnings``. ``progress`` receives characters read.
@@ -246,6 +342,7 @@ def load_lists(
         action=action,
         format=format,
         category=category,
+        categories=categories,
         strict=strict,
         progress=progress,
         sink=sink,
@@ -271,7 +368,7 @@ def list_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            for directory in _tree_categories(path, {}):
+            for directory in _tree_categories(path, {}, []):
                 out += [
                     e
                     for e in sorted(directory.iterdir())

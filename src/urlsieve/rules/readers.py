@@ -27,6 +27,7 @@ __all__ = [
     "CsvLine",
     "FORMATS",
     "IGNORED",
+    "MAX_LINE_LENGTH",
     "LineContext",
     "LineParser",
     "ListReport",
@@ -39,6 +40,9 @@ __all__ = [
     "sniff_format",
     "strip_comment",
 ]
+
+#: The longest list line read (characters); a longer one is reported ``file:line`` and skipped.
+MAX_LINE_LENGTH = 65_536
 
 #: Returned by a line parser for a line that is valid but carries no rule (hosts boilerplate).
 IGNORED: list[Rule] = []
@@ -258,12 +262,25 @@ def read_lines(
                 progress(chars)
                 chars = 0
         try:
+            if len(text) > MAX_LINE_LENGTH:
+                raise RuleSyntaxError(
+                    f"line longer than {MAX_LINE_LENGTH} characters ({len(text)})",
+                    ctx.source,
+                    number,
+                )
             rules = parse(text.rstrip("\r\n"), number, ctx)
-        except RuleSyntaxError as exc:
+        except Exception as exc:  # a bad line is reported, whatever it breaks
+            error = (
+                exc
+                if isinstance(exc, RuleSyntaxError)
+                else RuleSyntaxError(
+                    f"unreadable line ({type(exc).__name__}: {exc})", ctx.source, number
+                )
+            )
             if strict:
-                raise
+                raise error from None
             report.skipped += 1
-            report.warnings.append(exc)
+            report.warnings.append(error)
             continue
         if not rules:
             if rules is IGNORED:
@@ -330,7 +347,8 @@ FORMATS: dict[str, Callable[[], LineParser]] = {
 }
 
 _ADBLOCK_HINT = re.compile(r"(?:@@)?\|\|[^\s]")
-_HOSTS_HINT = re.compile(r"(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F:]*:[0-9a-fA-F:]*)\s+\S")
+# Possessive and unambiguous: linear on any line (a long "a:a:a…" line backtracked).
+_HOSTS_HINT = re.compile(r"(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F]*+:[0-9a-fA-F:]*+)\s+\S")
 
 
 def sniff_format(name: str, head: list[str]) -> str:
@@ -338,7 +356,7 @@ def sniff_format(name: str, head: list[str]) -> str:
     if name.lower().endswith(".csv"):
         return "csv"
     for line in head:
-        text = line.strip().lstrip("\ufeff")
+        text = line[:4096].strip().lstrip("\ufeff")
         if not text:
             continue
         if text.startswith(("[Adblock", "!")) or _ADBLOCK_HINT.match(text):
