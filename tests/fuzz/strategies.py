@@ -197,13 +197,10 @@ def _blocked_target(draw: st.DrawFn) -> tuple[bytes, list[bytes]]:
 def blocked_spellings(draw: st.DrawFn) -> bytes:
     """A URL the rules block, spelled to slip past a filter that reads it naively."""
     host, segments = draw(_blocked_target())
-    url = (
-        draw(st.sampled_from(_SCHEMES))
-        + draw(st.sampled_from(_USERINFO))
-        + host
-        + draw(st.sampled_from(_PORTS))
-        + draw(_path(segments))
-    )
+    scheme = draw(st.sampled_from(_SCHEMES))
+    # Without a scheme, 'user:pw@host' is a URL of scheme 'user': no browser reads it as host.
+    userinfo = draw(st.sampled_from(_USERINFO)) if scheme else b""
+    url = scheme + userinfo + host + draw(st.sampled_from(_PORTS)) + draw(_path(segments))
     if draw(st.booleans()):
         url += draw(st.sampled_from((b"?", b"?q=1", b"?u=http://good.org/", b"?a=%23&a=%3F")))
     if draw(st.booleans()):

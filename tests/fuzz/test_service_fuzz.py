@@ -15,18 +15,22 @@ from starlette.testclient import TestClient
 
 from tests.fuzz.budget import FUZZ
 from tests.fuzz.corpus import SEEDS
-from tests.fuzz.policy import rules_filter
+from tests.fuzz.policy import rules_filter, write_lists
 from tests.fuzz.strategies import blocked_spellings, hostile_lines
 from urlsieve.gateway.config import load_config
 from urlsieve.gateway.service import create_app
 
 TOKEN = "fuzz-token-0123456789abcdef"
+#: httpx refuses longer URLs itself ("URL too long").
+CLIENT_URL_LIMIT = 60_000
 _PRINTABLE = "".join(map(chr, range(0x21, 0x7F)))
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
-    config = load_config(None, env={}, overrides={"token": TOKEN, "seen_store": "memory:"})
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    block, allow = write_lists(tmp_path_factory.mktemp("lists"))
+    overrides = {"lists": [str(block)], "allow": [str(allow)], "token": TOKEN}
+    config = load_config(None, env={}, overrides={**overrides, "seen_store": "memory:"})
     with TestClient(create_app(config, load=rules_filter), raise_server_exceptions=False) as c:
         yield c
 
@@ -47,9 +51,10 @@ def check(response: object, what: str) -> None:
 
 @pytest.mark.parametrize("line", [line for _, line in SEEDS], ids=[c for c, _ in SEEDS])
 def test_the_corpus_as_url_and_as_body(client: TestClient, line: bytes) -> None:
-    check(client.get(f"/v1/check?url={query(line)}"), "GET /v1/check")
-    check(client.get(f"/v1/explain?url={query(line)}"), "GET /v1/explain")
-    check(client.get(f"/v1/check?{line.decode('latin-1')}"), "GET /v1/check, raw query")
+    if len(query(line)) < CLIENT_URL_LIMIT:  # longer ones only fit in a body
+        check(client.get(f"/v1/check?url={query(line)}"), "GET /v1/check")
+        check(client.get(f"/v1/explain?url={query(line)}"), "GET /v1/explain")
+        check(client.get(f"/v1/check?{as_text(line)}"), "GET /v1/check, the line as query")
     for path in ("/v1/check", "/v1/seen"):
         check(client.post(path, content=line), f"POST {path} body {line[:60]!r}")
     body = json.dumps({"urls": [as_text(line)], "op": "add"})
