@@ -38,10 +38,11 @@ def test_canon_stdin_reports_bad_lines_and_goes_on(
     status = run_cli(["canon", "-"], stdin, monkeypatch=monkeypatch)
     out, err = capsys.readouterr()
     assert status == 1
-    assert out.splitlines() == ["http://a.com/", "http://b.com/x", "http://c.com/"]
+    # One output line per input line: empty for a rejected or a blank line.
+    assert out.split("\n") == ["http://a.com/", "", "http://b.com/x", "", "http://c.com/", ""]
     assert "line 2: unsupported scheme 'javascript'" in err
-    assert "line 4: empty URL" in err
-    assert "2 input(s) rejected" in err
+    assert "line 4" not in err  # a blank line is not an error
+    assert "1 input(s) rejected" in err
 
 
 def test_canon_jsonl_and_expressions(

@@ -103,7 +103,7 @@ def test_filter_stream(
         f"block\tbad\t{bad}:1\thttp://evil.com/x",
         "invalid\t-\t-\tjavascript:alert(1)",
         f"allow\tbad\t{bad}:2\thttp://evil.com/public/",
-        "invalid\t-\t-\t",
+        "",  # a blank line: no URL, no error, a blank output line
         "none\t-\t-\ta.org",
     ]
     assert "line 2: unsupported scheme" in err

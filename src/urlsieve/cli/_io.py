@@ -1,31 +1,104 @@
-"""Input helpers shared by the streaming subcommands."""
+"""Input helpers shared by the streaming subcommands.
+
+Standard input is read as bytes and split on ``\\n`` only (a lone ``\\r``, U+2028 or
+U+0085 inside a line is part of it, so outputs line up with inputs), in one pass,
+keeping at most one line: a line longer than :data:`MAX_INPUT_LINE` bytes is skipped
+as it is read, never buffered, and given as ``None``. Bytes that are not UTF-8 are
+kept as ``surrogateescape`` text, which the canonicaliser maps back to the bytes.
+"""
 
 from __future__ import annotations
 
-import io
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TextIO
+from typing import Protocol
 
-__all__ = ["input_lines", "stdin_text"]
+from urlsieve.url import MAX_URL_LENGTH
 
+__all__ = ["MAX_INPUT_LINE", "Line", "input_batches", "input_lines", "stdin_batches", "too_long"]
 
-def stdin_text() -> TextIO:
-    """Standard input as UTF-8 text that never fails to decode (bad bytes survive as escapes)."""
-    buffer = getattr(sys.stdin, "buffer", None)
-    if buffer is None:  # already text (tests replace sys.stdin)
-        return sys.stdin
-    return io.TextIOWrapper(buffer, encoding="utf-8", errors="surrogateescape", newline=None)
+#: The longest input line read (bytes): twice the longest URL the canonicaliser takes.
+MAX_INPUT_LINE = 2 * MAX_URL_LENGTH
 
-
-def _strip(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
-    for number, line in enumerate(lines, 1):
-        text = line[1:] if number == 1 and line.startswith("\ufeff") else line
-        yield number, text.rstrip("\r\n")
+#: ``(line number, text)``; the text is None for a line longer than :data:`MAX_INPUT_LINE`.
+Line = tuple[int, str | None]
 
 
-def input_lines(items: Sequence[str]) -> Iterator[tuple[int, str]]:
+def too_long() -> str:
+    """The reason given for a line longer than :data:`MAX_INPUT_LINE`."""
+    return f"line longer than {MAX_INPUT_LINE} bytes: skipped"
+
+
+def _text(raw: bytes, number: int) -> str:
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    return raw.decode("utf-8", "surrogateescape")
+
+
+class Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+def input_batches(stream: Readable, chunk: int = 1 << 16) -> Iterator[list[Line]]:
+    """The complete lines of each read of ``stream`` (a lone line comes as soon as it ends)."""
+    read = getattr(stream, "read1", stream.read)
+    pending = bytearray()
+    skipping = False
+    number = 0
+    while data := read(chunk):
+        batch: list[Line] = []
+        start = 0
+        end = data.find(b"\n")
+        while end >= 0:
+            number += 1
+            if skipping or len(pending) + end - start > MAX_INPUT_LINE:
+                batch.append((number, None))
+                skipping = False
+            else:
+                pending += data[start:end]
+                batch.append((number, _text(bytes(pending), number)))
+            pending.clear()
+            start = end + 1
+            end = data.find(b"\n", start)
+        if not skipping and start < len(data):
+            if len(pending) + len(data) - start > MAX_INPUT_LINE:
+                pending.clear()
+                skipping = True
+            else:
+                pending += data[start:]
+        if batch:
+            yield batch
+    if skipping:
+        yield [(number + 1, None)]
+    elif pending:
+        yield [(number + 1, _text(bytes(pending), number + 1))]
+
+
+def _stdin() -> Readable:
+    buffer: Readable | None = getattr(sys.stdin, "buffer", None)
+    if buffer is not None:
+        return buffer
+    # Already text (a test replaced sys.stdin): its lines, as bytes.
+    return _TextAsBytes(sys.stdin)
+
+
+class _TextAsBytes:
+    def __init__(self, text: Iterable[str]) -> None:
+        self._lines = iter(text)
+
+    def read(self, _size: int = -1, /) -> bytes:
+        return next(self._lines, "").encode("utf-8", "surrogateescape")
+
+
+def stdin_batches() -> Iterator[list[Line]]:
+    """:func:`input_batches` of standard input."""
+    return input_batches(_stdin())
+
+
+def input_lines(items: Sequence[str]) -> Iterator[Line]:
     """``(line number, text)`` of each input: the arguments, or standard input for ``-`` / none."""
     if not items or list(items) == ["-"]:
-        return _strip(stdin_text())
-    return _strip(items)
+        return (line for batch in stdin_batches() for line in batch)
+    return enumerate(items, 1)

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from urlsieve.cli._io import input_lines
+from urlsieve.cli._io import input_lines, too_long
 from urlsieve.exceptions import InvalidURL
 from urlsieve.url import CRAWLER, FILTER, lookup_expressions, parse_url
 
@@ -19,9 +19,10 @@ def register(sub: Any) -> None:
         "canon",
         help="print the canonical form of URLs",
         description=(
-            "Print one canonical URL per input URL (arguments, or standard input with '-'). "
-            "A URL that cannot be canonicalised is reported on stderr as 'line N: reason', "
-            "the run goes on, and the exit status is 1."
+            "Print one canonical URL per input URL (arguments, or standard input with '-'), "
+            "one output line per input line. A URL that cannot be canonicalised gets an "
+            "empty output line and is reported on stderr as 'line N: reason', the run goes "
+            "on, and the exit status is 1; a blank line gets an empty line, not reported."
         ),
     )
     p.add_argument("urls", nargs="*", metavar="URL", help="URLs, or '-' to read standard input")
@@ -50,11 +51,19 @@ def run(args: argparse.Namespace) -> int:
     write = sys.stdout.write
     rejected = 0
     for number, text in input_lines(args.urls):
+        # One output line per input line: a blank or rejected line gets an empty one.
+        if text is None or not text.strip():
+            if text is None:
+                rejected += 1
+                print(f"line {number}: {too_long()}", file=sys.stderr)
+            write("\n")
+            continue
         try:
             url = parse_url(text, profile)
         except InvalidURL as exc:
             rejected += 1
-            print(f"line {number}: {exc.reason}: {text!r}", file=sys.stderr)
+            print(f"line {number}: {exc.reason}: {text[:200]!r}", file=sys.stderr)
+            write("\n")
             continue
         if args.expressions:
             write("\t".join(lookup_expressions(url)) + "\n")

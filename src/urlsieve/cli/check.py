@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from urlsieve.cli._io import input_lines
+from urlsieve.cli._io import input_lines, too_long
 from urlsieve.cli._lists import (
     add_list_arguments,
     load_filter,
@@ -42,11 +42,17 @@ def run(args: argparse.Namespace) -> int:
     flt = load_filter(args)
     rejected = blocked = 0
     for number, text in input_lines(urls):
+        if text is None:
+            rejected += 1
+            print(f"line {number}: {too_long()}", file=sys.stderr)
+            continue
+        if not text.strip():
+            continue  # a blank line is no URL, and no error
         try:
             verdict = flt.check(text)
         except InvalidURL as exc:
             rejected += 1
-            print(f"line {number}: {exc.reason}: {text!r}", file=sys.stderr)
+            print(f"line {number}: {exc.reason}: {text[:200]!r}", file=sys.stderr)
             continue
         blocked += verdict.blocked
         if args.format == "jsonl":

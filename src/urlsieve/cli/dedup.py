@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from itertools import islice
+from types import FrameType
 from typing import Any, TextIO
 
-from urlsieve.cli._io import input_lines
+from urlsieve.cli._io import Line, input_lines, too_long
 from urlsieve.exceptions import InvalidURL
 from urlsieve.seen import SeenStore, open_seen, parse_spec
 from urlsieve.seen.base import PROFILES
@@ -25,7 +29,10 @@ def register(sub: Any) -> None:
             "Read URLs (arguments, or standard input with '-' or none), add each to the store, "
             "and print the ones it had not seen. A URL that cannot be canonicalised is "
             "reported on stderr as 'line N: reason' and the run goes on (exit status 1). "
-            "Progress and, at the end, the store's statistics go to stderr."
+            "Progress and, at the end, the store's statistics go to stderr. A URL is never "
+            "marked seen without being printed: SIGINT/SIGTERM finish the batch, flush the "
+            "store and exit 130; a closed output (| head) is reported with the lines marked "
+            "but not delivered, exit status 141."
         ),
         epilog=(
             "stores: memory:  exact:PATH[?capacity=N]  bloom:PATH[?capacity=N&error=E]  "
@@ -76,35 +83,104 @@ class _Progress:
         self._out.flush()
 
 
-def _batches(items: Iterator[tuple[int, str]], size: int) -> Iterator[list[tuple[int, str]]]:
+def _batches(items: Iterator[Line], size: int) -> Iterator[list[Line]]:
     while batch := list(islice(items, size)):
         yield batch
 
 
-def _add(
-    store: SeenStore, batch: list[tuple[int, str]], *, lookup: bool = False
-) -> list[bool | InvalidURL]:
+def _add(store: SeenStore, urls: list[str], *, lookup: bool = False) -> list[bool | InvalidURL]:
     """Flags for a batch (True: new); a batch with bad URLs is redone one URL at a time.
 
     With ``lookup`` nothing is added: True means "not in the store".
     """
 
-    def many(urls: list[str]) -> list[bool]:
+    def many(batch: list[str]) -> list[bool]:
         if lookup:
-            return [not seen for seen in store.contains_many(urls)]
-        return list(store.add_many(urls))
+            return [not seen for seen in store.contains_many(batch)]
+        return list(store.add_many(batch))
 
     try:
-        return list[bool | InvalidURL](many([text for _, text in batch]))
+        return list[bool | InvalidURL](many(urls))
     except InvalidURL:
         pass
     flags: list[bool | InvalidURL] = []
-    for _, text in batch:
+    for url in urls:
         try:
-            flags.append(many([text])[0])
+            flags.append(many([url])[0])
         except InvalidURL as exc:
             flags.append(exc)
     return flags
+
+
+class _Interrupted(Exception):
+    """SIGINT or SIGTERM while waiting for input (nothing of the batch is marked yet)."""
+
+
+class _Signals:
+    """SIGINT/SIGTERM handling that never separates marking from printing: while a batch
+    is marked and printed a signal only asks to stop after it; while waiting for input it
+    stops at once (what was read of the next batch is not marked)."""
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.stop: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.stop = signum
+        if not self.busy:
+            raise _Interrupted
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._old[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._old.items():
+            signal.signal(signum, handler)
+
+
+class _Output:
+    """Standard output written batch by batch, counting what the reader really got."""
+
+    def __init__(self) -> None:
+        try:
+            sys.stdout.flush()
+            self._fd: int | None = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file (tests capture it)
+            self._fd = None
+
+    def write(self, lines: list[str]) -> int:
+        """Write ``lines``; how many were delivered whole (all, unless the reader left)."""
+        if self._fd is None:
+            sys.stdout.write("".join(lines))
+            sys.stdout.flush()
+            return len(lines)
+        data = memoryview("".join(lines).encode("utf-8", "surrogateescape"))
+        done = 0
+        try:
+            while done < len(data):
+                done += os.write(self._fd, data[done:])
+        except BrokenPipeError:
+            delivered = bytes(data[:done]).count(b"\n")
+            raise _Closed(delivered) from None
+        return len(lines)
+
+
+class _Closed(Exception):
+    """The reader closed the output after ``delivered`` whole lines."""
+
+    def __init__(self, delivered: int) -> None:
+        self.delivered = delivered
+
+
+class _Undelivered(Exception):
+    """The reader left: the input lines of the URLs marked seen but not delivered."""
+
+    def __init__(self, lines: list[int]) -> None:
+        self.lines = lines
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,38 +191,132 @@ def run(args: argparse.Namespace) -> int:
     progress = _Progress(
         sys.stderr, sys.stderr.isatty() if args.progress is None else args.progress
     )
-    write = sys.stdout.write
-    read = new = rejected = 0
     readonly = parse_spec(args.store).params.get("readonly", "").lower() in (
         "1",
         "true",
         "yes",
         "on",
     )
-    with open_seen(args.store, profile=profile) as store:
-        for batch in _batches(input_lines(args.urls), args.batch):
-            flags = _add(store, batch, lookup=readonly)
-            for (number, text), flag in zip(batch, flags, strict=True):
-                read += 1
-                if isinstance(flag, InvalidURL):
-                    rejected += 1
-                    print(f"line {number}: {flag.reason}: {text!r}", file=sys.stderr)
-                    continue
-                new += flag
-                if args.show == "all":
-                    write(f"{MARKERS[flag]}\t{text}\n")
-                elif flag == (args.show == "new"):
-                    write(text + "\n")
-            sys.stdout.flush()
-            progress.update(read, new, rejected)
+    counts = {"read": 0, "new": 0, "rejected": 0}
+    status = 0
+    undelivered: list[int] = []
+    with open_seen(args.store, profile=profile) as store, _Signals() as signals:
+        output = _Output()
+        lines = input_lines(args.urls)
+        try:
+            for batch in _batches(lines, args.batch):
+                signals.busy = True
+                try:
+                    _dedup_batch(
+                        store,
+                        batch,
+                        show=args.show,
+                        readonly=readonly,
+                        output=output,
+                        counts=counts,
+                    )
+                except _Undelivered as closed:
+                    undelivered = closed.lines
+                    status = 141
+                    break
+                signals.busy = False
+                progress.update(counts["read"], counts["new"], counts["rejected"])
+                if signals.stop is not None:
+                    break
+        except _Interrupted:
+            pass
+        signals.busy = True  # from here on a signal waits: the store is being flushed
         store.flush()
-        progress.update(read, new, rejected, final=True)
         stats = store.stats()
+        progress.update(counts["read"], counts["new"], counts["rejected"], final=True)
+    read, new, rejected = counts["read"], counts["new"], counts["rejected"]
     print(
         f"urlsieve dedup: {read:,} read, {new:,} new, {read - new - rejected:,} seen, "
         f"{rejected:,} rejected" + (" (read-only: nothing added)" if readonly else ""),
         file=sys.stderr,
     )
+    if undelivered:
+        print(
+            f"urlsieve dedup: the output was closed: {len(undelivered):,} URL(s) marked "
+            f"seen in the store were not delivered (input lines {_ranges(undelivered)})",
+            file=sys.stderr,
+        )
+    if signals.stop is not None:
+        name = signal.Signals(signals.stop).name
+        print(f"urlsieve dedup: {name}: stopped after a whole batch", file=sys.stderr)
+        status = 130
     for key, value in stats.as_dict().items():
-        print(f"  {key}: {value}", file=sys.stderr)
-    return 1 if rejected else 0
+        print(f"  {key}: {_shown(value)}", file=sys.stderr)
+    return status or (1 if rejected else 0)
+
+
+def _dedup_batch(
+    store: SeenStore,
+    batch: list[Line],
+    *,
+    show: str,
+    readonly: bool,
+    output: _Output,
+    counts: dict[str, int],
+) -> None:
+    """Mark one batch and print it; :class:`_Undelivered` says which marked URLs were not
+    printed because the reader left."""
+    urls: list[tuple[int, str]] = []
+    for number, text in batch:
+        counts["read"] += 1
+        if text is None:
+            counts["rejected"] += 1
+            print(f"line {number}: {too_long()}", file=sys.stderr)
+        elif not text.strip():
+            counts["read"] -= 1  # a blank line is no URL: not counted, not reported
+        else:
+            urls.append((number, text))
+    flags = _add(store, [text for _, text in urls], lookup=readonly)
+    out: list[str] = []
+    owed: list[int] = []  # the line of each output line that marked a new URL
+    for (number, text), flag in zip(urls, flags, strict=True):
+        if isinstance(flag, InvalidURL):
+            counts["rejected"] += 1
+            print(f"line {number}: {flag.reason}: {text[:200]!r}", file=sys.stderr)
+            continue
+        counts["new"] += flag
+        if show == "all":
+            out.append(f"{MARKERS[flag]}\t{text}\n")
+        elif flag == (show == "new"):
+            out.append(text + "\n")
+        else:
+            continue
+        owed.append(number if flag and not readonly else 0)
+    try:
+        output.write(out)
+    except _Closed as closed:
+        raise _Undelivered([n for n in owed[closed.delivered :] if n]) from None
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``3-7, 9`` for [3, 4, 5, 6, 7, 9]."""
+    parts: list[str] = []
+    start = prev = numbers[0]
+    for n in [*numbers[1:], None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    return ", ".join(parts)
+
+
+def _shown(value: object) -> str:
+    """A statistic as a person reads it, not as Python writes it."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.3g}" if value < 1 else f"{value:,.2f}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_shown(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, list | tuple):
+        return ", ".join(_shown(v) for v in value) or "-"
+    return "-" if value is None else str(value)

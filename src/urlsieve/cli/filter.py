@@ -5,17 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from urlsieve.cli._io import stdin_text
+from urlsieve.cli._io import stdin_batches, too_long
 from urlsieve.cli._lists import add_list_arguments, load_filter, verdict_record
 from urlsieve.exceptions import InvalidURL
 from urlsieve.match import Verdict
 from urlsieve.rules import Rule
-from urlsieve.url import parse_url
-
-#: Lines read per batch (bytes, roughly): output is written once per batch.
-BATCH = 1 << 16
+from urlsieve.url import URL, parse_url
 
 
 def register(sub: Any) -> None:
@@ -27,8 +25,9 @@ def register(sub: Any) -> None:
             "'action<TAB>category-or-dash<TAB>rule-source-or-dash<TAB>input-url' "
             "(or JSON lines), so the output lines up with the input. A line that is not "
             "a URL gets the action 'invalid' and is reported on stderr as 'line N: reason'; "
-            "the stream goes on and the exit status is then 1 (blank lines are 'invalid' "
-            "too, but not reported). Exit status 2: the lists could not be loaded."
+            "the stream goes on and the exit status is then 1. A blank line is not an "
+            "error: it gets a blank output line (jsonl: action 'blank'). Exit status 2: "
+            "the lists could not be loaded."
         ),
     )
     add_list_arguments(p)
@@ -46,56 +45,66 @@ def _output() -> BinaryIO | None:
     return getattr(sys.stdout, "buffer", None)
 
 
+def _verdict_line(
+    text: str, match: Callable[[URL], Rule | None], jsonl: bool, only: frozenset[str] | None
+) -> tuple[str | None, str | None]:
+    """``(output line or None when --only leaves it out, reason when not a URL)``."""
+    try:
+        url = parse_url(text)
+        rule: Rule | None = match(url)
+    except InvalidURL as exc:
+        reason = exc.reason
+    except Exception as exc:  # one line never stops the stream: it is invalid, with why
+        reason = f"internal error: {type(exc).__name__}: {exc}"
+    else:
+        action = rule.action if rule is not None else "none"
+        if only is not None and action not in only:
+            return None, None
+        if jsonl:
+            return json.dumps(verdict_record(text, Verdict.of(rule, url.canonical))) + "\n", None
+        if rule is None:
+            return f"none\t-\t-\t{text}\n", None
+        return f"{rule.action}\t{rule.category}\t{rule.where}\t{text}\n", None
+    if only is not None and "invalid" not in only:
+        return None, reason
+    if jsonl:
+        record = {"url": text, "action": "invalid", "error": reason}
+        return json.dumps(record) + "\n", reason
+    return f"invalid\t-\t-\t{text}\n", reason
+
+
 def run(args: argparse.Namespace) -> int:
     flt = load_filter(args)
     match = flt.match
     only = frozenset(args.only) if args.only else None
     jsonl = args.format == "jsonl"
-    none_prefix = "none\t-\t-\t"
+    blank = '{"url": "", "action": "blank"}\n' if jsonl else "\n"
     binary = _output()
-    write = sys.stdout.write
     rejected = 0
-    number = 0
-    stream = stdin_text()
-    while True:
-        lines = stream.readlines(BATCH)
-        if not lines:
-            break
+    for batch in stdin_batches():
         out: list[str] = []
-        for line in lines:
-            number += 1
-            text = line.rstrip("\r\n")
-            if number == 1 and text.startswith("\ufeff"):
-                text = text[1:]
-            try:
-                url = parse_url(text)
-            except InvalidURL as exc:
-                if text.strip():
-                    rejected += 1
-                    print(f"line {number}: {exc.reason}: {text!r}", file=sys.stderr)
-                if only is None or "invalid" in only:
-                    if jsonl:
-                        record = {"url": text, "action": "invalid", "error": exc.reason}
-                        out.append(json.dumps(record) + "\n")
-                    else:
-                        out.append(f"invalid\t-\t-\t{text}\n")
+        for number, text in batch:
+            if text is None:
+                line, reason = _verdict_line("", match, jsonl, only)
+                reason = too_long()
+            elif not text.strip():
+                if only is None:
+                    out.append(blank)  # not a URL, not an error: kept for the alignment
                 continue
-            rule: Rule | None = match(url)
-            if only is not None and (rule.action if rule is not None else "none") not in only:
-                continue
-            if jsonl:
-                out.append(json.dumps(verdict_record(text, Verdict.of(rule, url.canonical))))
-                out.append("\n")
-            elif rule is None:
-                out.append(f"{none_prefix}{text}\n")
             else:
-                out.append(f"{rule.action}\t{rule.category}\t{rule.where}\t{text}\n")
+                line, reason = _verdict_line(text, match, jsonl, only)
+            if line is not None:
+                out.append(line)
+            if reason is not None:
+                rejected += 1
+                shown = "" if text is None else f": {text[:200]!r}"
+                print(f"line {number}: {reason}{shown}", file=sys.stderr)
+        data = "".join(out)
         if binary is not None:
-            binary.write("".join(out).encode("utf-8", "surrogateescape"))
+            binary.write(data.encode("utf-8", "surrogateescape"))
+            binary.flush()
         else:
-            write("".join(out))
-    if binary is not None:
-        binary.flush()
+            sys.stdout.write(data)
     if rejected:
         print(f"urlsieve filter: {rejected} input line(s) rejected", file=sys.stderr)
         return 1
