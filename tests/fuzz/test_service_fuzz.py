@@ -74,7 +74,8 @@ def test_a_repeated_url_parameter_does_not_hide_a_blocked_url(client: TestClient
     path=st.sampled_from(["/v1/check", "/v1/explain", "/v1/seen", "/v1/reload", "/healthz"]),
 )
 def test_any_bytes_anywhere(client: TestClient, data: bytes, method: str, path: str) -> None:
-    check(client.request(method, f"{path}?url={query(data)}", content=data), f"{method} {path}")
+    if len(query(data)) < CLIENT_URL_LIMIT:
+        check(client.request(method, f"{path}?url={query(data)}", content=data), method + path)
     check(
         client.request(
             method,
