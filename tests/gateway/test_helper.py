@@ -215,6 +215,8 @@ def test_unicode_space_inside_a_url_does_not_cut_it(mode: HelperMode, space: str
 
 
 HOSTILE_SPELLINGS = [
+    "http://ads.example/banners/x#/../../y",
+    "http://ads.example/banners\\a.gif",
     "http://ads.example/x%23/../banners/a.gif",
     "http://ads.example/x%3F/../banners/a.gif",
     "http://ads.example/x%2523/../banners/a.gif",
@@ -234,9 +236,10 @@ HOSTILE_SPELLINGS = [
 @pytest.mark.parametrize("url", HOSTILE_SPELLINGS)
 def test_acl_and_redirect_modes_give_the_same_verdict(url: str) -> None:
     # What Squid 5.7 sends in each mode: the raw URL to url_rewrite, and to the external
-    # ACL the URL with its non-URL bytes escaped and "%" left as it is.
+    # ACL the URL with its non-URL bytes escaped ("#" and "\\" too) and "%" left as it is.
     redirect = byte_helper(HelperMode.REDIRECT).handle(f"{url} 10.0.0.1/- - GET".encode())
-    acl = byte_helper(HelperMode.ACL).handle(f"{url} 10.0.0.1 - GET -".encode())
+    escaped = url.replace("#", "%23").replace("\\", "%5C")
+    acl = byte_helper(HelperMode.ACL).handle(f"{escaped} 10.0.0.1 - GET -".encode())
     assert _blocked(redirect, HelperMode.REDIRECT) == _blocked(acl, HelperMode.ACL), (
         redirect,
         acl,

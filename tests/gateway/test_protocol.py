@@ -7,6 +7,7 @@ import pytest
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.protocol import (
     ProtocolError,
+    acl_readings,
     format_reply,
     parse_request,
     quote_value,
@@ -168,3 +169,16 @@ def test_bad_templates_are_refused_with_the_fix(template: str, message: str) -> 
 
 def test_good_template_passes() -> None:
     assert validate_template("https://b.lan/%%?u=%u") == "https://b.lan/%%?u=%u"
+
+
+def test_acl_readings_cover_a_raw_hash_and_backslash() -> None:
+    # Squid sends the external ACL "#" as %23 and "\\" as %5C, and a client's own %23 and
+    # %5C as they are: every reading is checked, and the most restrictive one wins.
+    assert acl_readings("http://a/x") == ["http://a/x"]
+    assert acl_readings("http://a/ads/x%23/../../y%5Cz") == [
+        "http://a/ads/x%23/../../y%5Cz",
+        "http://a/ads/x%23/../../y\\z",
+        "http://a/ads/x",
+    ]
+    with pytest.raises(ProtocolError, match="more than 8 %23"):
+        acl_readings("http://a/" + "%23" * 9)

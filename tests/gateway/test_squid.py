@@ -174,6 +174,8 @@ HOSTILE_TARGETS = [
     (b"ORIGIN/x%3F/../banners/a.gif", "origin.test"),
     (b"ORIGIN/x%2523/../banners/a.gif", "origin.test"),
     (b"ORIGIN/banners//../banners/a.gif", "origin.test"),
+    (b"ORIGIN/banners/x#/../../y", "origin.test"),  # the ACL gets %23: a raw '#' or not?
+    (b"ORIGIN/banners\\a.gif", "origin.test"),  # the ACL gets %5C
     ("ORIGIN/x\u3000/../banners/a.gif".encode(), "origin.test"),
     ("ORIGIN/x\u2003/../banners/a.gif".encode(), "origin.test"),
     ("ORIGIN/x\u2028/../banners/a.gif".encode(), "origin.test"),

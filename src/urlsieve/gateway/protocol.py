@@ -35,8 +35,10 @@ from urlsieve.url.path import to_bytes
 
 __all__ = [
     "MAX_LINE",
+    "MAX_ACL_READINGS",
     "REDIRECT_STATUSES",
     "TEMPLATE_CODES",
+    "acl_readings",
     "HelperMode",
     "HelperRequest",
     "ProtocolError",
@@ -72,7 +74,7 @@ TEMPLATE_CODES = {
 }
 
 _TEMPLATE_CODE = re.compile(r"%(.)", re.DOTALL)
-_CHANNEL = re.compile(rb"[0-9]{1,20}")
+_CHANNEL = re.compile(rb"[0-9]+")
 # CONNECT requests reach url_rewrite as an authority: "host:443" or "[v6]:443".
 _AUTHORITY = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^/\s:@?#]+):[0-9]+")
 # What a quoted reply value keeps as it is: printable ASCII but the two it escapes.
@@ -127,7 +129,7 @@ def _field(token: str | None) -> str | None:
 def leading_channel(line: bytes) -> str | None:
     """The channel ID a line starts with (digits, then a space), or None: for replies to
     lines that cannot be read at all (too long, or failing in an unforeseen way)."""
-    head, sep, _ = line[:24].partition(b" ")
+    head, sep, _ = line.partition(b" ")
     return _text(head) if sep and _CHANNEL.fullmatch(head) else None
 
 
@@ -180,6 +182,36 @@ def parse_request(
 
 
 _VALUE_ESCAPES = {b'"': b'\\"', b"\\": b"\\\\", b"\r": b"\\r", b"\n": b"\\n", b"\t": b"\\t"}
+
+
+#: The most ``%23`` of an external-ACL URL read as a possible raw ``#`` (see below).
+MAX_ACL_READINGS = 8
+_ESCAPED_BACKSLASH = re.compile(r"%5[Cc]")
+
+
+def acl_readings(url: str) -> list[str]:
+    """Every URL an external-ACL ``%>ru`` may stand for, the URL as sent first.
+
+    Squid escapes a raw ``#`` as ``%23`` and a raw ``\\`` as ``%5C`` but leaves a
+    client's own ``%23`` and ``%5C`` as they are, so the two cannot be told apart
+    (url_rewrite gets the raw bytes, where ``#`` starts a fragment and ``\\`` reads as
+    ``/``). A helper blocks when any reading is blocked, so the external ACL is never
+    looser than the redirector. Raises :class:`ProtocolError` past
+    :data:`MAX_ACL_READINGS` ``%23``.
+    """
+    if "%" not in url:
+        return [url]
+    cuts = [m.start() for m in re.finditer("%23", url)]
+    if len(cuts) > MAX_ACL_READINGS:
+        raise ProtocolError(
+            f"URL with more than {MAX_ACL_READINGS} %23 (each may be a raw '#'): ambiguous"
+        )
+    out: list[str] = []
+    for reading in (url, *(url[:cut] for cut in cuts)):
+        out.append(reading)
+        if _ESCAPED_BACKSLASH.search(reading):
+            out.append(_ESCAPED_BACKSLASH.sub(lambda _m: "\\", reading))
+    return out
 
 
 def _escape_value_byte(match: re.Match[bytes]) -> bytes:

@@ -38,6 +38,7 @@ from urlsieve.gateway.protocol import (
     HelperMode,
     HelperRequest,
     ProtocolError,
+    acl_readings,
     format_reply,
     leading_channel,
     parse_request,
@@ -139,7 +140,9 @@ class SquidHelper:
             return format_reply(exc.channel, "BH", message=exc.reason)
         self.stats.requests += 1
         try:
-            verdict = self.rules.get().check(request.target)
+            verdict = self._check(request.target)
+        except ProtocolError as exc:
+            return self._failure(request, exc.reason)
         except NoRules as exc:
             return self._failure(request, f"no rules loaded: {exc}")
         except InvalidURL as exc:
@@ -152,6 +155,22 @@ class SquidHelper:
             return self._block(request, verdict.category, where, f"blocked by {where}")
         self.stats.allowed += 1
         return format_reply(request.channel, "ERR")
+
+    def _check(self, target: str) -> _Verdict:
+        """The verdict for a request's URL; in the external ACL, the most restrictive of its
+        readings (:func:`~urlsieve.gateway.protocol.acl_readings`)."""
+        rules = self.rules.get()
+        verdict = rules.check(target)
+        if not self._escaped or verdict.action == "block":
+            return verdict
+        for reading in acl_readings(target)[1:]:
+            try:
+                other = rules.check(reading)
+            except InvalidURL:
+                continue  # that reading is no URL: the others decide
+            if other.action == "block":
+                return other
+        return verdict
 
     def _last_resort(self, channel: str | None, reason: str) -> str:
         """The failure mode's reply built from constants only, when building any other failed."""
