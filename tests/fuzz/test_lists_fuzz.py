@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tests.fuzz.budget import FUZZ
 from tests.fuzz.corpus import SEEDS
 from tests.fuzz.strategies import hostile_lines
+from urlsieve import RuleSyntaxError
 from urlsieve.rules import FORMATS, load_lists
 
 #: A good line in each format, written after the hostile ones; it must load.
@@ -43,6 +44,14 @@ def check_load(fmt: str, body: bytes) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = write(Path(tmp), fmt, body)
         lines = body.count(b"\n") + 1
+        if b"\x00" in body[: 1 << 16]:  # binary data: the file is refused, with the reason
+            if fmt.startswith("squidguard"):  # in a tree: reported, and the rest loads
+                result = load_lists([path])
+                assert any("binary data, not a text list" in s for s in result.skipped)
+            else:
+                with pytest.raises(RuleSyntaxError, match="binary data, not a text list"):
+                    load_lists([path], format=fmt)
+            return
         result = load_lists([path], format=fmt if fmt in FORMATS else "auto")
         counted = sum(r.lines for r in result.reports)
         assert counted == lines, f"{lines} lines in the file, {counted} counted"

@@ -15,13 +15,26 @@ from typing import Protocol
 
 from urlsieve.url import MAX_URL_LENGTH
 
-__all__ = ["MAX_INPUT_LINE", "Line", "input_batches", "input_lines", "stdin_batches", "too_long"]
+__all__ = [
+    "MAX_INPUT_LINE",
+    "Line",
+    "input_batches",
+    "is_blank",
+    "input_lines",
+    "stdin_batches",
+    "too_long",
+]
 
 #: The longest input line read (bytes): twice the longest URL the canonicaliser takes.
 MAX_INPUT_LINE = 2 * MAX_URL_LENGTH
 
 #: ``(line number, text)``; the text is None for a line longer than :data:`MAX_INPUT_LINE`.
 Line = tuple[int, str | None]
+
+
+def is_blank(text: str) -> bool:
+    """Whether a line holds nothing but ASCII white space (no URL, and no error)."""
+    return not text.strip(" \t\r\n\x0b\x0c")
 
 
 def too_long() -> str:

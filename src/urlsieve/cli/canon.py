@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from urlsieve.cli._io import input_lines, too_long
+from urlsieve.cli._io import input_lines, is_blank, too_long
 from urlsieve.exceptions import InvalidURL
 from urlsieve.url import CRAWLER, FILTER, lookup_expressions, parse_url
 
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     rejected = 0
     for number, text in input_lines(args.urls):
         # One output line per input line: a blank or rejected line gets an empty one.
-        if text is None or not text.strip():
+        if text is None or is_blank(text):
             if text is None:
                 rejected += 1
                 print(f"line {number}: {too_long()}", file=sys.stderr)

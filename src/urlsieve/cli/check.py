@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from urlsieve.cli._io import input_lines, too_long
+from urlsieve.cli._io import input_lines, is_blank, too_long
 from urlsieve.cli._lists import (
     add_list_arguments,
     load_filter,
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             rejected += 1
             print(f"line {number}: {too_long()}", file=sys.stderr)
             continue
-        if not text.strip():
+        if is_blank(text):
             continue  # a blank line is no URL, and no error
         try:
             verdict = flt.check(text)

@@ -13,7 +13,7 @@ from itertools import islice
 from types import FrameType
 from typing import Any, TextIO
 
-from urlsieve.cli._io import Line, input_lines, too_long
+from urlsieve.cli._io import Line, input_lines, is_blank, too_long
 from urlsieve.exceptions import InvalidURL
 from urlsieve.seen import SeenStore, open_seen, parse_spec
 from urlsieve.seen.base import PROFILES
@@ -155,8 +155,13 @@ class _Output:
     def write(self, lines: list[str]) -> int:
         """Write ``lines``; how many were delivered whole (all, unless the reader left)."""
         if self._fd is None:
-            sys.stdout.write("".join(lines))
-            sys.stdout.flush()
+            buffer = getattr(sys.stdout, "buffer", None)
+            if buffer is not None:  # bytes that are not UTF-8 go out as they came in
+                buffer.write("".join(lines).encode("utf-8", "surrogateescape"))
+                buffer.flush()
+            else:
+                sys.stdout.write("".join(lines))
+                sys.stdout.flush()
             return len(lines)
         data = memoryview("".join(lines).encode("utf-8", "surrogateescape"))
         done = 0
@@ -267,7 +272,7 @@ def _dedup_batch(
         if text is None:
             counts["rejected"] += 1
             print(f"line {number}: {too_long()}", file=sys.stderr)
-        elif not text.strip():
+        elif is_blank(text):
             counts["read"] -= 1  # a blank line is no URL: not counted, not reported
         else:
             urls.append((number, text))

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from urlsieve.cli._io import stdin_batches, too_long
+from urlsieve.cli._io import is_blank, stdin_batches, too_long
 from urlsieve.cli._lists import add_list_arguments, load_filter, verdict_record
 from urlsieve.exceptions import InvalidURL
 from urlsieve.match import Verdict
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             if text is None:
                 line, reason = _verdict_line("", match, jsonl, only)
                 reason = too_long()
-            elif not text.strip():
+            elif is_blank(text):
                 if only is None:
                     out.append(blank)  # not a URL, not an error: kept for the alignment
                 continue

@@ -252,12 +252,12 @@ class _Loader:
         *,
         text: str | None = None,
     ) -> None:
-        report = ListReport(str(path), fmt, category, action)
-        self.result.reports.append(report)
         # One read and one split: the strings a rule keeps (its host) then sit together in
         # memory instead of between freed line buffers, which keeps the resident size low.
         if text is None:
             text = read_list_text(path)
+        report = ListReport(str(path), fmt, category, action)
+        self.result.reports.append(report)
         lines = text.split("\n")
         if lines and not lines[-1]:
             lines.pop()
@@ -305,11 +305,19 @@ class _Loader:
             if not entry.is_file():
                 continue
             if entry.name in _DOMAIN_FILES:
-                self._read(entry, "squidguard-domains", _domains_line, category, action)
+                kind, parse = "squidguard-domains", _domains_line
             elif entry.name in _URL_FILES:
-                self._read(entry, "squidguard-urls", _urls_line, category, action)
+                kind, parse = "squidguard-urls", _urls_line
             elif _EXPRESSION_FILES.fullmatch(entry.name):
-                self._read(entry, "squidguard-expressions", _expression_line, category, action)
+                kind, parse = "squidguard-expressions", _expression_line
+            else:
+                continue
+            try:
+                self._read(entry, kind, parse, category, action)
+            except RuleSyntaxError as exc:  # a file of the tree that is no list: the rest loads
+                if self.strict:
+                    raise
+                self.result.skipped.append(f"{exc}: skipped")
 
 
 def load_lists(
