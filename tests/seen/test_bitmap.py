@@ -28,7 +28,7 @@ from urlsieve import (
     canonicalize,
 )
 from urlsieve.seen import open_seen
-from urlsieve.seen._seedio import os_error
+from urlsieve.seen._files import os_error
 from urlsieve.seen.bitmap import BitmapStore, false_positive_floor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,9 +188,11 @@ def test_readonly_store_reads_and_refuses_writes(tmp_path: Path) -> None:
 )
 def test_os_errors_become_typed_store_errors(err: int, cls: type, hint: str) -> None:
     # Root ignores permissions, so the translation is checked on the errors themselves.
+    error = OSError(err, os.strerror(err))
     with pytest.raises(cls, match=hint) as info:
-        os_error(OSError(err, os.strerror(err)), "opening", "/srv/seen/bitmap.hdr")
-    assert str(info.value).startswith("/srv/seen/bitmap.hdr: opening failed")
+        raise os_error(error, "/srv/seen/bitmap.hdr", "opening") from error
+    assert str(info.value).startswith("/srv/seen/bitmap.hdr: ")
+    assert "while opening" in str(info.value)
     assert isinstance(info.value.__cause__, OSError)
 
 

@@ -111,3 +111,21 @@ def test_reopening_keeps_urls_exactly_when_persistent(case: StoreCase, spec: str
         else:
             assert len(store) == 0
             assert not any(store.contains_many(batch))
+
+
+def test_a_closed_store_raises_store_closed_for_everything(spec: str) -> None:
+    from urlsieve import StoreClosed
+
+    store = open_seen(spec)
+    store.add("http://example.com/a")
+    store.close()
+    store.close()  # twice is fine
+    operations = [
+        lambda: store.add("http://example.com/b"),
+        lambda: store.add_many(["http://example.com/c"]),
+        lambda: "http://example.com/a" in store,
+        lambda: store.contains_many(["http://example.com/a"]),
+    ]
+    for operation in operations:
+        with pytest.raises(StoreClosed):
+            operation()

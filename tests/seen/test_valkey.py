@@ -75,8 +75,11 @@ def test_bad_specs_fail_at_open_with_the_fix(valkey_server: ServerProcess) -> No
         open_seen(f"{base}?kind=exact&blocks=4")
     with pytest.raises(ConfigError, match="allowed:"):
         open_seen(f"{base}?kind=exact&colour=red")
-    with pytest.raises(ConfigError, match="without braces"):
+    with pytest.raises(ConfigError, match="no ':' or braces"):
         open_seen(f"{base}?prefix=a{{b}}")
+    # "a:x0" would share keys with the store "a" ({a:x0}:n is a's shard-0 count).
+    with pytest.raises(ConfigError, match="no ':' or braces"):
+        open_seen(f"{base}?kind=bloom&prefix=a:x0")
     with pytest.raises(ConfigError, match=r"error=2\.0"):
         open_seen(f"{base}?kind=bloom&error=2&prefix={unique_prefix()}")
 

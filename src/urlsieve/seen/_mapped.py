@@ -47,18 +47,27 @@ import numpy as np
 import numpy.typing as npt
 
 from urlsieve.exceptions import (
-    ProfileMismatch,
+    StoreClosed,
     StoreCorrupt,
     StoreError,
-    StoreFull,
     StoreReadOnly,
+    UrlsieveError,
 )
+from urlsieve.seen._files import check_profile, fsync_dir, os_error
 from urlsieve.seen.base import ClosingStore
 from urlsieve.url import FILTER, Profile
 
-__all__ = ["HEADER_SIZE", "MappedStore", "os_error", "rank_in_groups"]
+__all__ = [
+    "HEADER_SIZE",
+    "VERIFY_ON_OPEN_BYTES",
+    "MappedStore",
+    "popcount",
+    "rank_in_groups",
+]
 
 HEADER_SIZE = 4096
+#: Stores with at most this much data are checked against their header on every open.
+VERIFY_ON_OPEN_BYTES = 256 << 20
 MAGIC = b"URLSIEVE"
 PARAMS_OFFSET = 88
 PARAMS_SIZE = 160
@@ -121,22 +130,6 @@ class _Session:
             store._lock.release()
 
 
-def os_error(exc: OSError, path: str, doing: str) -> StoreError:
-    """Translate an OS error met while ``doing`` something to ``path`` into a store error."""
-    reason = exc.strerror or str(exc)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        return StoreFull(
-            f"{path}: no space left while {doing} ({reason}); nothing was added: "
-            "free disk space, raise the size limit, or move the store elsewhere"
-        )
-    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        return StoreReadOnly(
-            f"{path}: cannot write while {doing} ({reason}): fix the permissions, "
-            "or open it with ?readonly=1 to look URLs up without adding"
-        )
-    return StoreError(f"{path}: {reason} while {doing}")
-
-
 def pack_static(kind: bytes, version: int, profile: Profile, params: bytes) -> bytes:
     ident = profile.ident.encode("utf-8")
     if len(ident) > 64:
@@ -144,19 +137,6 @@ def pack_static(kind: bytes, version: int, profile: Profile, params: bytes) -> b
     head = _STATIC.pack(MAGIC, kind, version, HEADER_SIZE, ident) + params.ljust(PARAMS_SIZE, b"\0")
     head = head.ljust(CRC_OFFSET, b"\0")
     return head + struct.pack("<I", zlib.crc32(head))
-
-
-def fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def reserve(fd: int, offset: int, length: int, path: str, doing: str) -> None:
@@ -208,9 +188,29 @@ class MappedStore(ClosingStore):
         self._reading = _Session(self, write=False)
         self._writing = _Session(self, write=True)
         self._attach()
-        if not readonly:
+        if os.fstat(self._fd).st_size - HEADER_SIZE <= VERIFY_ON_OPEN_BYTES:
+            self.verify()
+        elif not readonly:
             with self._writing:  # repairs what a writer killed mid-update left behind
                 pass
+
+    def verify(self) -> None:
+        """Check the data area against the header; :class:`StoreCorrupt` when they disagree.
+
+        Done on every open of a store of up to :data:`VERIFY_ON_OPEN_BYTES` of data (call
+        it for a larger one). What it catches is the kind's (see ``_verify``): damage
+        that empties or fills slots and bits, not one changed bit inside a used slot.
+        """
+        if not self._readonly:
+            with self._writing:  # repairs what a writer killed mid-update left behind
+                pass
+        with self._reading:
+            fcntl.flock(self._fd, fcntl.LOCK_SH)  # no writer changes it while it is counted
+            try:
+                if not self._mv[W_DIRTY]:  # a dead writer's leftovers are repaired on write
+                    self._verify()
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     # ------------------------------------------------------------------ opening
 
@@ -252,17 +252,33 @@ class MappedStore(ClosingStore):
 
     def _map(self) -> None:
         size = os.fstat(self._fd).st_size
-        if size < HEADER_SIZE:
+        magic = os.pread(self._fd, len(MAGIC), 0)
+        if len(magic) == len(MAGIC) and magic != MAGIC:
             raise StoreCorrupt(
-                f"{self._path}: truncated ({size} bytes, a store has at least {HEADER_SIZE}); "
-                "restore it from a backup or delete it to start afresh"
+                f"{self._path}: not a urlsieve store (bad magic {magic!r}); pass another path, "
+                "or delete the file if it is yours to replace"
+            )
+        if size < HEADER_SIZE or size % 64:
+            raise StoreCorrupt(
+                f"{self._path}: truncated or damaged ({size} bytes: a store has at least "
+                f"{HEADER_SIZE}, in whole 64-byte blocks); restore it from a backup or delete "
+                "it to start afresh"
             )
         access = mmap.ACCESS_READ if self._readonly else mmap.ACCESS_WRITE
         self._mm = mm = mmap.mmap(self._fd, size, access=access)
         self._check_static(bytes(mm[: CRC_OFFSET + 4]))
         self._words = np.frombuffer(mm, dtype=np.uint64)
         self._mv = memoryview(mm).cast("Q")
-        self._load(bytes(mm[PARAMS_OFFSET : PARAMS_OFFSET + PARAMS_SIZE]), size)
+        try:
+            self._load(bytes(mm[PARAMS_OFFSET : PARAMS_OFFSET + PARAMS_SIZE]), size)
+        except UrlsieveError:
+            raise
+        except (ValueError, OverflowError, IndexError, struct.error) as exc:
+            # Parameters no writer wrote (the checksum matched by chance or by hand).
+            raise StoreCorrupt(
+                f"{self._path}: impossible parameters in the header ({exc}); restore it "
+                "from a backup or delete it to start afresh"
+            ) from exc
 
     def _check_static(self, head: bytes) -> None:
         magic, kind, version, header_size, ident = _STATIC.unpack_from(head)
@@ -288,14 +304,7 @@ class MappedStore(ClosingStore):
                 f"{path}: {name} format version {version} (this urlsieve reads {self.VERSION}); "
                 "open it with the urlsieve that wrote it"
             )
-        stored = ident.rstrip(b"\0").decode("utf-8", "replace")
-        if stored != self._profile.ident:
-            name_only = stored.partition("/")[0]
-            raise ProfileMismatch(
-                f"{path}: written under profile {stored!r}, opened with "
-                f"{self._profile.ident!r}: open it with ?profile={name_only} (and the same "
-                "urlsieve version), or use a new file for the new profile"
-            )
+        check_profile(ident.rstrip(b"\0").decode("utf-8", "replace"), self._profile, path)
 
     def _create(self) -> None:
         """Create the store file atomically (another process may be creating it too)."""
@@ -321,7 +330,7 @@ class MappedStore(ClosingStore):
                 if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
                     raise os_error(exc, self._path, "creating the store") from exc
                 os.rename(tmp, self._path)  # no hard links here: plain rename
-            fsync_dir(self._path)
+            fsync_dir(os.path.dirname(self._path) or ".")
         except OSError as exc:
             raise os_error(exc, self._path, "creating the store") from exc
         finally:
@@ -381,11 +390,20 @@ class MappedStore(ClosingStore):
     def _recover(self) -> None:
         """Repair what a writer that died mid-update left behind (the dirty word was set)."""
 
+    def _verify(self) -> None:
+        """Raise :class:`StoreCorrupt` when the data disagrees with the header (lock held)."""
+
+    def _damaged(self, what: str) -> StoreCorrupt:
+        return StoreCorrupt(
+            f"{self._path}: the data area is damaged ({what}); restore the file from a "
+            "backup, or delete it to start afresh"
+        )
+
     # ----------------------------------------------------------------- locking
 
     def _check_open(self) -> None:
         if self._mm is None:
-            raise StoreError(f"{self._path}: the {self.NAME} store is closed")
+            raise StoreClosed(f"{self._path}: the {self.NAME} store is closed")
         if self._generation != _forks[0]:  # forked: never share the parent's descriptor and lock
             self._reattach()
 
@@ -452,6 +470,13 @@ class MappedStore(ClosingStore):
     def __repr__(self) -> str:
         mode = ", readonly" if self._readonly else ""
         return f"<{type(self).__name__} {self._path!r} {self._profile.ident}{mode}>"
+
+
+def popcount(words: U64) -> int:
+    """The number of set bits in ``words``."""
+    if hasattr(np, "bitwise_count"):  # numpy 2
+        return int(np.bitwise_count(words).sum(dtype=np.uint64))
+    return int(np.unpackbits(words.view(np.uint8)).sum(dtype=np.uint64))
 
 
 def rank_in_groups(values: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from urlsieve.exceptions import StoreError, StoreReadOnly
-from urlsieve.seen._seedio import os_error, write_atomic, writer_lock
+from urlsieve.exceptions import StoreClosed, StoreError, StoreReadOnly
+from urlsieve.seen._files import os_error, write_atomic, writer_lock
 from urlsieve.seen.base import ClosingStore
 from urlsieve.url import Profile
 
@@ -61,7 +61,7 @@ class SnapshotStore(ClosingStore, Generic[T]):
                 try:
                     data = self._path.read_bytes()
                 except OSError as exc:
-                    os_error(exc, "reading", self._path)
+                    raise os_error(exc, self._path, "reading") from exc
                 self._table = self._decode(data, str(self._path), given)
             else:
                 if readonly:
@@ -101,9 +101,12 @@ class SnapshotStore(ClosingStore, Generic[T]):
     def profile(self) -> Profile:
         return self._profile
 
-    def _writable(self) -> None:
+    def _open(self) -> None:
         if self._closed:
-            raise StoreError(f"{self.kind} store {self._path or ''} is closed")
+            raise StoreClosed(f"{self.kind} store {self._path or ''} is closed")
+
+    def _writable(self) -> None:
+        self._open()
         if self._readonly:
             raise StoreReadOnly(
                 f"{self.kind} store {self._path} was opened read-only; "
@@ -120,16 +123,18 @@ class SnapshotStore(ClosingStore, Generic[T]):
     def add_many(self, urls: Iterable[str]) -> list[bool]:
         keys = [self._key(u) for u in urls]  # every URL valid before any is added
         with self._tlock:
+            self._writable()
             if keys:
-                self._writable()
                 self._dirty = True
             add = self._table.add
             return [add(k) for k in keys]
 
     def __contains__(self, url: object) -> bool:
+        self._open()
         return isinstance(url, str) and self._key(url) in self._table
 
     def contains_many(self, urls: Iterable[str]) -> list[bool]:
+        self._open()
         table = self._table
         return [self._key(u) in table for u in urls]
 

@@ -56,9 +56,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 
-from urlsieve.exceptions import ConfigError, StoreCorrupt, StoreError, StoreReadOnly
+from urlsieve.exceptions import ConfigError, StoreClosed, StoreCorrupt, StoreError, StoreReadOnly
 from urlsieve.fingerprint import SIGNATURES, SignatureKind, signature
-from urlsieve.seen._seedio import check_profile, fsync_dir, os_error, syncfs
+from urlsieve.seen._files import check_profile, fsync_dir, os_error, syncfs
 from urlsieve.seen.base import ClosingStore, StoreStats
 from urlsieve.url import FILTER, Profile
 
@@ -136,7 +136,7 @@ class BitmapStore(ClosingStore):
             self._hdr_fd = os.open(path, flags)
             size = os.fstat(self._hdr_fd).st_size
         except OSError as exc:
-            os_error(exc, "opening", path)
+            raise os_error(exc, path, "opening") from exc
         if size < COUNTERS_OFFSET:
             raise StoreCorrupt(f"{path}: truncated bitmap header ({size} bytes)")
         head = os.pread(self._hdr_fd, _HEAD.size, 0)
@@ -196,7 +196,7 @@ class BitmapStore(ClosingStore):
             self._dir.mkdir(parents=True, exist_ok=True)
             strays = [p.name for p in self._dir.iterdir() if not p.name.startswith(HEADER_NAME)]
         except OSError as exc:
-            os_error(exc, "creating the store directory", self._dir)
+            raise os_error(exc, self._dir, "creating the store directory") from exc
         if strays and (self._dir / HEADER_NAME).exists():
             return  # a concurrent creator linked its header first and made its data files
         if strays:
@@ -221,7 +221,7 @@ class BitmapStore(ClosingStore):
                 os.link(tmp, path)  # atomic create-if-absent
             fsync_dir(self._dir)
         except OSError as exc:
-            os_error(exc, "creating the header", path)
+            raise os_error(exc, path, "creating the header") from exc
         finally:
             with contextlib.suppress(OSError):
                 tmp.unlink()
@@ -249,7 +249,7 @@ class BitmapStore(ClosingStore):
         except FileNotFoundError:
             return None
         except OSError as exc:
-            os_error(exc, "opening", path)
+            raise os_error(exc, path, "opening") from exc
         try:
             actual = os.fstat(fd).st_size
             if actual > size or (actual < size and self._counters[index]):
@@ -265,7 +265,7 @@ class BitmapStore(ClosingStore):
             access = mmap.ACCESS_READ if self._readonly else mmap.ACCESS_WRITE
             mm = mmap.mmap(fd, size, access=access)
         except OSError as exc:
-            os_error(exc, "allocating", path)
+            raise os_error(exc, path, "allocating") from exc
         finally:
             os.close(fd)  # the mapping stays valid, as in the patent
         self._maps[index] = mm
@@ -290,7 +290,7 @@ class BitmapStore(ClosingStore):
 
     def _check_writable(self) -> None:
         if self._closed:
-            raise StoreError(f"bitmap store {self._dir} is closed")
+            raise StoreClosed(f"bitmap store {self._dir} is closed")
         if self._readonly:
             raise StoreReadOnly(
                 f"bitmap store {self._dir} was opened read-only; open it without ?readonly=1 to add"
@@ -351,7 +351,7 @@ class BitmapStore(ClosingStore):
 
     def _lookup(self, values: list[int]) -> list[bool]:
         if self._closed:
-            raise StoreError(f"bitmap store {self._dir} is closed")
+            raise StoreClosed(f"bitmap store {self._dir} is closed")
         cb, bm = self._content_bits, self._bit_mask
         out = []
         with self._tlock:
@@ -424,7 +424,7 @@ class BitmapStore(ClosingStore):
                 finally:
                     os.close(fd)
         except OSError as exc:
-            os_error(exc, "syncing", self._dir)
+            raise os_error(exc, self._dir, "syncing") from exc
 
     def _release(self) -> None:
         for mm in self._maps.values():

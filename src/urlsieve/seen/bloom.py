@@ -58,6 +58,7 @@ from urlsieve.seen._mapped import (
     U64,
     W_NLAYERS,
     MappedStore,
+    popcount,
     reserve,
 )
 from urlsieve.seen.base import StoreStats
@@ -310,6 +311,21 @@ class BloomStore(MappedStore):
 
     def _drop_views(self) -> None:
         self._layers = []
+
+    def _recover(self) -> None:
+        # A count is raised before its batch's bits are set: a writer killed between the
+        # two leaves counts above what the bits hold. Every new URL set a bit of its own.
+        for layer in self._layers:
+            bits = popcount(layer.bits)
+            if int(self._mv[layer.count_word]) > bits:
+                self._mv[layer.count_word] = bits
+
+    def _verify(self) -> None:
+        for layer in self._layers:
+            bits = popcount(layer.bits)
+            count = int(self._mv[layer.count_word])
+            if bits < count:  # every URL counted new set at least one bit that was clear
+                raise self._damaged(f"layer {layer.index}: {bits:,} bits set for {count:,} URLs")
 
     def _refresh(self) -> None:
         if self._mv[W_NLAYERS] != len(self._layers):  # another process added a layer

@@ -47,7 +47,7 @@ import xxhash
 
 from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.fingerprint import fingerprint128
-from urlsieve.seen._seedio import check_params, check_profile, pick
+from urlsieve.seen._files import check_params, check_profile, pick
 from urlsieve.seen._snapshot import SnapshotStore
 from urlsieve.seen.base import StoreStats
 from urlsieve.url import FILTER, Profile

@@ -35,15 +35,14 @@ import numpy.typing as npt
 
 from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.fingerprint import fingerprint64, fingerprints64
+from urlsieve.seen._files import fsync_dir, os_error
 from urlsieve.seen._mapped import (
     HEADER_SIZE,
     U64,
     W_COUNT,
     W_RETIRED,
     MappedStore,
-    fsync_dir,
     new_file,
-    os_error,
     pack_static,
     rank_in_groups,
 )
@@ -202,6 +201,12 @@ class ExactStore(MappedStore):
     def _recover(self) -> None:
         self._mv[W_COUNT] = int(np.count_nonzero(self._table))
 
+    def _verify(self) -> None:
+        used = int(np.count_nonzero(self._table))
+        count = int(self._mv[W_COUNT])
+        if used != count:
+            raise self._damaged(f"{used:,} slots in use, the header counts {count:,}")
+
     # ----------------------------------------------------------------- growth
 
     def _grow(self, extra: int) -> None:
@@ -236,7 +241,10 @@ class ExactStore(MappedStore):
             os.close(fd)
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        fsync_dir(self._path)
+        try:
+            fsync_dir(os.path.dirname(self._path) or ".")
+        except OSError as exc:
+            raise os_error(exc, self._path, "growing the table") from exc
         raise _Regrown
 
     # ------------------------------------------------------------ operations

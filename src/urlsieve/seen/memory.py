@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
+from urlsieve.exceptions import StoreClosed
 from urlsieve.fingerprint import fingerprint64
 from urlsieve.seen.base import ClosingStore, StoreStats
 from urlsieve.url import FILTER, Profile
@@ -21,7 +22,13 @@ class MemoryStore(ClosingStore):
 
     def __init__(self, location: str = "", *, profile: Profile = FILTER) -> None:
         self._profile = profile
-        self._seen: set[int] = set()
+        self._set: set[int] | None = set()
+
+    @property
+    def _seen(self) -> set[int]:
+        if self._set is None:
+            raise StoreClosed("memory store: closed (its URLs are gone); open a new one")
+        return self._set
 
     @property
     def profile(self) -> Profile:
@@ -46,7 +53,8 @@ class MemoryStore(ClosingStore):
         return out
 
     def __contains__(self, url: object) -> bool:
-        return isinstance(url, str) and fingerprint64(url, self._profile) in self._seen
+        seen = self._seen
+        return isinstance(url, str) and fingerprint64(url, self._profile) in seen
 
     def contains_many(self, urls: Iterable[str]) -> list[bool]:
         seen = self._seen
@@ -66,6 +74,7 @@ class MemoryStore(ClosingStore):
 
     def flush(self) -> None:
         """Nothing to do: the store lives and dies with the process."""
+        _ = self._seen
 
     def close(self) -> None:
-        self._seen = set()
+        self._set = None

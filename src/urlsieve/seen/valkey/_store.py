@@ -11,16 +11,25 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-from urlsieve.exceptions import ConfigError, ProfileMismatch, StoreCorrupt, StoreUnavailable
+from urlsieve.exceptions import (
+    ConfigError,
+    ProfileMismatch,
+    StoreClosed,
+    StoreCorrupt,
+    StoreUnavailable,
+)
 from urlsieve.seen.base import ClosingStore, StoreStats
 from urlsieve.seen.valkey._client import BatchInterrupted, Cmd, Router
 from urlsieve.url import Profile
+
+_PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 
 __all__ = ["Decoder", "ValkeyStore"]
 
@@ -48,8 +57,13 @@ class ValkeyStore(ClosingStore):
     ) -> None:
         if batch < 1:
             raise ConfigError(f"batch={batch}: must be at least 1 URL per request")
-        if not prefix or any(c in prefix for c in "{}"):
-            raise ConfigError(f"prefix={prefix!r}: must be non-empty and without braces")
+        if not _PREFIX.fullmatch(prefix):
+            # Keys are "{prefix:…}" and "{prefix}:…": with no ":" (or brace) in a prefix, no
+            # key of one store can be a key of another ("a" and "a:x0" shared "{a:x0}:n").
+            raise ConfigError(
+                f"prefix={prefix!r}: must be 1-128 letters, digits, '_', '-' or '.' "
+                "(no ':' or braces: they would let two stores share keys)"
+            )
         self._router = router
         self._prefix = prefix
         self._profile = profile
@@ -229,7 +243,7 @@ class ValkeyStore(ClosingStore):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ConfigError(f"{self._where()}: store is closed")
+            raise StoreClosed(f"{self._where()}: store is closed")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._where()} {self.config}>"

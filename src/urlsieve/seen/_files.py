@@ -1,7 +1,10 @@
-"""File plumbing shared by the seed stores (bitmap, buckets, dsbf).
+"""File plumbing of every file store (exact, bloom, bitmap, buckets, dsbf), in one place.
 
 OS errors are translated into the store exceptions here, at the boundary,
-with the path and what to do; the original stays visible as ``__cause__``.
+with the path and what to do (:func:`os_error`); the original stays visible as
+``__cause__``. Directory syncs report their errors (:func:`fsync_dir`); profile
+and parameter checks (:func:`check_profile`, :func:`check_params`) word the
+refusal the same way for every store, so every store fails the same way.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import fcntl
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from urlsieve.exceptions import (
     ConfigError,
@@ -39,27 +42,30 @@ _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
-def os_error(exc: OSError, what: str, path: str | os.PathLike[str]) -> NoReturn:
-    """Raise the store error an ``OSError`` means, naming ``what`` failed on ``path``."""
+def os_error(exc: OSError, path: str | os.PathLike[str], doing: str) -> StoreError:
+    """The store error an ``OSError`` met while ``doing`` something to ``path`` means
+    (raise it ``from exc``)."""
+    reason = exc.strerror or str(exc)
     if exc.errno in _FULL:
-        raise StoreFull(
-            f"{path}: {what} failed, no space left ({exc.strerror}); the write did not "
-            "happen: free disk space (or raise the size limit) and retry"
-        ) from exc
+        return StoreFull(
+            f"{path}: no space left while {doing} ({reason}); nothing was added: free disk "
+            "space (or raise the size limit) and retry, or move the store elsewhere"
+        )
     if exc.errno in _DENIED:
-        raise StoreReadOnly(
-            f"{path}: {what} failed, not writable ({exc.strerror}); "
-            "open the store with ?readonly=1 to read it, or fix the permissions"
-        ) from exc
-    raise StoreError(f"{path}: {what} failed: {exc}") from exc
+        return StoreReadOnly(
+            f"{path}: cannot write while {doing} ({reason}): fix the permissions, or open "
+            "the store with ?readonly=1 to look URLs up without adding"
+        )
+    return StoreError(f"{path}: {reason} while {doing}")
 
 
 def check_profile(stored: str, profile: Profile, path: str | os.PathLike[str]) -> None:
-    """Refuse to read a store written under another canonicalisation profile."""
+    """Refuse to read a store written under another canonicalisation profile (or version)."""
     if stored != profile.ident:
         raise ProfileMismatch(
-            f"{path} was written with profile {stored!r}, not {profile.ident!r}: "
-            f"open it with ?profile={stored.split('/', maxsplit=1)[0]} or use another location"
+            f"{path}: written under profile {stored!r}, opened with {profile.ident!r}: open "
+            f"it with ?profile={stored.split('/', maxsplit=1)[0]} (and the same urlsieve "
+            "version), or use a new location for the new profile"
         )
 
 
@@ -79,11 +85,15 @@ def check_params(where: str, given: Mapping[str, float | None], stored: Mapping[
             )
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new directory entry in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """Make a rename or a new entry in ``directory`` durable; raises ``OSError`` (for
+    :func:`os_error`), except where the filesystem cannot sync a directory at all."""
+    fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
     finally:
         os.close(fd)
 
@@ -112,7 +122,7 @@ def writer_lock(path: Path, kind: str) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        os_error(exc, "locking", lock_path)
+        raise os_error(exc, lock_path, "locking") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -138,4 +148,4 @@ def write_atomic(path: Path, blob: bytes) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        os_error(exc, "writing", path)
+        raise os_error(exc, path, "writing") from exc
