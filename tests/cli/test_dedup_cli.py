@@ -221,3 +221,15 @@ def test_blank_and_over_long_lines(
     assert "line 1" not in err and "line 2" not in err
     assert "3 read, 2 new, 0 seen, 1 rejected" in err
     assert "{" not in err and "[" not in err  # statistics as lines a person reads, not reprs
+
+
+def test_error_lines_do_not_run_into_the_progress_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stdin = "http://a.example/\njavascript:x\nhttp://b.example/\n"
+    argv = ["--store", "memory:", "--progress", "--batch", "1"]
+    _, _, err = dedup(argv, stdin, monkeypatch, capsys)
+    # Each error starts a line of its own: the progress line is cleared before it.
+    assert "\r\x1b[Kline 2: unsupported scheme" in err
+    for line in err.split("\n"):
+        assert "URLs/s" not in line or "line 2" not in line

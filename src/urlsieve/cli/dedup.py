@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from types import FrameType
 from typing import Any, TextIO
@@ -70,6 +70,13 @@ class _Progress:
         self._out = out
         self._enabled = enabled
         self._start = self._last = time.monotonic()
+
+    def note(self, message: str) -> None:
+        """A message on its own line: the progress line is cleared first, redrawn later."""
+        if self._enabled:
+            self._out.write("\r\x1b[K")
+            self._last = 0.0  # redraw at the next update
+        print(message, file=self._out, flush=True)
 
     def update(self, read: int, new: int, rejected: int, final: bool = False) -> None:
         now = time.monotonic()
@@ -219,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
                         readonly=readonly,
                         output=output,
                         counts=counts,
+                        note=progress.note,
                     )
                 except _Undelivered as closed:
                     undelivered = closed.lines
@@ -263,6 +271,7 @@ def _dedup_batch(
     readonly: bool,
     output: _Output,
     counts: dict[str, int],
+    note: Callable[[str], None],
 ) -> None:
     """Mark one batch and print it; :class:`_Undelivered` says which marked URLs were not
     printed because the reader left."""
@@ -271,7 +280,7 @@ def _dedup_batch(
         counts["read"] += 1
         if text is None:
             counts["rejected"] += 1
-            print(f"line {number}: {too_long()}", file=sys.stderr)
+            note(f"line {number}: {too_long()}")
         elif is_blank(text):
             counts["read"] -= 1  # a blank line is no URL: not counted, not reported
         else:
@@ -282,7 +291,7 @@ def _dedup_batch(
     for (number, text), flag in zip(urls, flags, strict=True):
         if isinstance(flag, InvalidURL):
             counts["rejected"] += 1
-            print(f"line {number}: {flag.reason}: {text[:200]!r}", file=sys.stderr)
+            note(f"line {number}: {flag.reason}: {text[:200]!r}")
             continue
         counts["new"] += flag
         if show == "all":
