@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Generic, TypeVar
 
-from urlsieve.exceptions import NoRules
+from urlsieve.exceptions import NoRules, UrlsieveError
 
 __all__ = ["LiveRules", "NoRules"]
 
@@ -175,7 +175,9 @@ class LiveRules(Generic[T_co]):
             rules = self._load()
         except Exception as exc:  # any error: the old rules stay (the failure mode if none)
             self._error = f"{type(exc).__name__}: {exc}"
-            self._failed_signature = signature
+            # A bad file is tried again when it changes; anything else (a bug, a transient
+            # error) at the next check.
+            self._failed_signature = signature if isinstance(exc, UrlsieveError | OSError) else None
             if why != "start":
                 self.failed_reloads += 1
             keeping = "keeping the previous rules" if self._current else "no rules loaded"
