@@ -187,14 +187,16 @@ _VALUE_ESCAPES = {b'"': b'\\"', b"\\": b"\\\\", b"\r": b"\\r", b"\n": b"\\n", b"
 #: The most ``%23`` of an external-ACL URL read as a possible raw ``#`` (see below).
 MAX_ACL_READINGS = 8
 _ESCAPED_BACKSLASH = re.compile(r"%5[Cc]")
+_ESCAPED_TAB_CR_LF = re.compile(r"%0[9AaDd]")
+_ESCAPED_EDGES = re.compile(r"\A(?:%[01][0-9A-Fa-f]|%20)+|(?:%[01][0-9A-Fa-f]|%20)+\Z")
 
 
 def acl_readings(url: str) -> list[str]:
     """Every URL an external-ACL ``%>ru`` may stand for, the URL as sent first.
 
-    Squid escapes a raw ``#`` as ``%23`` and a raw ``\\`` as ``%5C`` but leaves a
-    client's own ``%23`` and ``%5C`` as they are, so the two cannot be told apart
-    (url_rewrite gets the raw bytes, where ``#`` starts a fragment and ``\\`` reads as
+    Squid escapes a raw ``#`` as ``%23``, a raw ``\\`` as ``%5C`` and control bytes as
+    ``%XX``, but leaves a client's own escapes as they are, so the two cannot be told
+    apart (url_rewrite gets the raw bytes, where ``#`` starts a fragment and ``\\`` reads as
     ``/``). A helper blocks when any reading is blocked, so the external ACL is never
     looser than the redirector. Raises :class:`ProtocolError` past
     :data:`MAX_ACL_READINGS` ``%23``.
@@ -207,11 +209,18 @@ def acl_readings(url: str) -> list[str]:
             f"URL with more than {MAX_ACL_READINGS} %23 (each may be a raw '#'): ambiguous"
         )
     out: list[str] = []
-    for reading in (url, *(url[:cut] for cut in cuts)):
-        out.append(reading)
-        if _ESCAPED_BACKSLASH.search(reading):
-            out.append(_ESCAPED_BACKSLASH.sub(lambda _m: "\\", reading))
-    return out
+    for cut in (url, *(url[:cut] for cut in cuts)):
+        for reading in (cut, _unescape_controls(cut)):
+            out.append(reading)
+            if _ESCAPED_BACKSLASH.search(reading):
+                out.append(_ESCAPED_BACKSLASH.sub(lambda _m: "\\", reading))
+    return list(dict.fromkeys(out))
+
+
+def _unescape_controls(url: str) -> str:
+    """``url`` as the canonicaliser reads the raw control bytes Squid escaped: TAB, CR and
+    LF dropped anywhere, C0 controls and spaces stripped at both ends."""
+    return _ESCAPED_EDGES.sub("", _ESCAPED_TAB_CR_LF.sub("", url))
 
 
 def _escape_value_byte(match: re.Match[bytes]) -> bytes:

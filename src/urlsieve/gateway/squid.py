@@ -164,10 +164,7 @@ class SquidHelper:
         if not self._escaped or verdict.action == "block":
             return verdict
         for reading in acl_readings(target)[1:]:
-            try:
-                other = rules.check(reading)
-            except InvalidURL:
-                continue  # that reading is no URL: the others decide
+            other = rules.check(reading)  # no URL in one reading: the failure mode, as raw
             if other.action == "block":
                 return other
         return verdict
