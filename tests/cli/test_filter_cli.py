@@ -213,3 +213,18 @@ def test_lists_without_rules_are_warned_about(
     empty.mkdir()
     assert run(monkeypatch, ["check", "--lists", str(empty), "--", "a.com"]) == 0
     assert "the lists gave no rules" in capsys.readouterr().err
+
+
+def test_filter_over_long_line_is_invalid_with_its_reason_and_the_stream_goes_on(
+    lists: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from urlsieve.cli._io import MAX_INPUT_LINE
+
+    bad = str(lists / "bad.txt")
+    stdin = f"a.org\n{'a' * (MAX_INPUT_LINE + 1)}\nhttp://evil.com/x\n"
+    assert run(monkeypatch, ["filter", "--lists", bad, "--format", "jsonl"], stdin) == 1
+    out, err = capsys.readouterr()
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["action"] for r in records] == ["none", "invalid", "block"]
+    assert records[1]["error"] == f"line longer than {MAX_INPUT_LINE} bytes: skipped"
+    assert f"line 2: line longer than {MAX_INPUT_LINE} bytes" in err

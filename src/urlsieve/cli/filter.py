@@ -65,12 +65,16 @@ def _verdict_line(
         if rule is None:
             return f"none\t-\t-\t{text}\n", None
         return f"{rule.action}\t{rule.category}\t{rule.where}\t{text}\n", None
+    return _invalid_line(text, reason, jsonl, only), reason
+
+
+def _invalid_line(text: str, reason: str, jsonl: bool, only: frozenset[str] | None) -> str | None:
+    """The output line of an input line that is not a URL (None when --only leaves it out)."""
     if only is not None and "invalid" not in only:
-        return None, reason
+        return None
     if jsonl:
-        record = {"url": text, "action": "invalid", "error": reason}
-        return json.dumps(record) + "\n", reason
-    return f"invalid\t-\t-\t{text}\n", reason
+        return json.dumps({"url": text, "action": "invalid", "error": reason}) + "\n"
+    return f"invalid\t-\t-\t{text}\n"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,9 +88,10 @@ def run(args: argparse.Namespace) -> int:
     for batch in stdin_batches():
         out: list[str] = []
         for number, text in batch:
-            if text is None:
-                line, reason = _verdict_line("", match, jsonl, only)
+            reason: str | None
+            if text is None:  # skipped unread: nothing to echo
                 reason = too_long()
+                line = _invalid_line("", reason, jsonl, only)
             elif is_blank(text):
                 if only is None:
                     out.append(blank)  # not a URL, not an error: kept for the alignment
