@@ -1,10 +1,11 @@
 """Input helpers shared by the streaming subcommands.
 
-Standard input is read as bytes and split on ``\\n`` only (a lone ``\\r``, U+2028 or
-U+0085 inside a line is part of it, so outputs line up with inputs), in one pass,
-keeping at most one line: a line longer than :data:`MAX_INPUT_LINE` bytes is skipped
-as it is read, never buffered, and given as ``None``. Bytes that are not UTF-8 are
-kept as ``surrogateescape`` text, which the canonicaliser maps back to the bytes.
+Standard input is read as bytes and split by :func:`urlsieve._lines.split_lines`: on
+``\\n`` only (a lone ``\\r``, U+2028 or U+0085 inside a line is part of it, so outputs
+line up with inputs), in one pass, keeping at most one line: a line longer than
+:data:`MAX_INPUT_LINE` bytes is skipped as it is read, never buffered, and given as
+``None``. Bytes that are not UTF-8 are kept as ``surrogateescape`` text, which the
+canonicaliser maps back to the bytes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
+from urlsieve._lines import TooLong, split_lines
 from urlsieve.url import MAX_URL_LENGTH
 
 __all__ = [
@@ -56,37 +58,14 @@ class Readable(Protocol):
 
 def input_batches(stream: Readable, chunk: int = 1 << 16) -> Iterator[list[Line]]:
     """The complete lines of each read of ``stream`` (a lone line comes as soon as it ends)."""
-    read = getattr(stream, "read1", stream.read)
-    pending = bytearray()
-    skipping = False
     number = 0
-    while data := read(chunk):
-        batch: list[Line] = []
-        start = 0
-        end = data.find(b"\n")
-        while end >= 0:
+    for batch in split_lines(getattr(stream, "read1", stream.read), MAX_INPUT_LINE, chunk):
+        lines: list[Line] = []
+        for item in batch:
             number += 1
-            if skipping or len(pending) + end - start > MAX_INPUT_LINE:
-                batch.append((number, None))
-                skipping = False
-            else:
-                pending += data[start:end]
-                batch.append((number, _text(bytes(pending), number)))
-            pending.clear()
-            start = end + 1
-            end = data.find(b"\n", start)
-        if not skipping and start < len(data):
-            if len(pending) + len(data) - start > MAX_INPUT_LINE:
-                pending.clear()
-                skipping = True
-            else:
-                pending += data[start:]
-        if batch:
-            yield batch
-    if skipping:
-        yield [(number + 1, None)]
-    elif pending:
-        yield [(number + 1, _text(bytes(pending), number + 1))]
+            lines.append((number, None if isinstance(item, TooLong) else _text(item, number)))
+        if lines:
+            yield lines
 
 
 def _stdin() -> Readable:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from urlsieve._lines import TooLong, split_lines
 from urlsieve.exceptions import InvalidURL
 from urlsieve.gateway.config import FailureMode
 from urlsieve.gateway.live import LiveRules, NoRules
@@ -238,40 +239,17 @@ def serve(
     over), and a line longer than ``max_line`` bytes is answered as soon as it
     passes the cap, then skipped up to its newline without being kept.
     """
-    pending = bytearray()  # the unfinished line
-    skipping = False  # inside a line already answered as too long
-    while True:
-        data = os.read(infd, chunk)
-        if not data:
-            break
+    for batch in split_lines(lambda size: os.read(infd, size), max_line, chunk, blank_tail=False):
         # After the read: a SIGHUP that arrived while waiting applies to these lines.
         helper.rules.poll()
-        replies: list[str] = []
-        start = 0
-        end = data.find(b"\n")
-        while end >= 0:
-            if skipping:
-                skipping = False
-            elif len(pending) + end - start > max_line:
-                replies.append(helper.too_long(bytes(pending[:80]) or data[start : start + 80]))
-                pending.clear()
-            else:
-                pending += data[start:end]
-                replies.append(helper.handle(bytes(pending).rstrip(b"\r")))
-                pending.clear()
-            start = end + 1
-            end = data.find(b"\n", start)
-        if not skipping and start < len(data):
-            if len(pending) + len(data) - start > max_line:
-                replies.append(helper.too_long(bytes(pending[:80]) or data[start : start + 80]))
-                pending.clear()
-                skipping = True
-            else:
-                pending += data[start:]
+        replies = [
+            helper.too_long(line.head)
+            if isinstance(line, TooLong)
+            else helper.handle(line.rstrip(b"\r"))
+            for line in batch
+        ]
         if replies:
             _write_all(outfd, "".join(replies).encode("ascii"))
-    if pending.strip() and not skipping:
-        _write_all(outfd, helper.handle(bytes(pending).rstrip(b"\r")).encode("ascii"))
     return 0
 
 
