@@ -139,7 +139,7 @@ def load_filter(args: argparse.Namespace) -> Filter:
     A compiled snapshot (``urlsieve compile``) given as the only ``--lists``
     path is opened memory-mapped instead of read as a text list.
     """
-    from urlsieve.gateway.rules import check_selection
+    from urlsieve.gateway.rules import load_selected
     from urlsieve.match.snapshot import is_snapshot
 
     lists, allow, categories, configured_snapshot = _rule_sources(args)
@@ -164,18 +164,12 @@ def load_filter(args: argparse.Namespace) -> Filter:
     total = sum(f.stat().st_size for f in files)
     bar = _Bar(total) if total >= PROGRESS_BYTES and sys.stderr.isatty() else None
     try:
-        flt = Filter.from_lists(
-            lists,
-            allow,
-            format=args.list_format,
-            strict=args.strict,
-            progress=bar,
-            categories=categories,
+        flt, _ = load_selected(
+            lists, allow, categories, format=args.list_format, strict=args.strict, progress=bar
         )
     finally:
         if bar is not None:
             bar.close()
-    check_selection(flt, categories)
     warnings = flt.warnings
     shown = warnings if args.all_warnings else warnings[:MAX_WARNINGS]
     for warning in shown:

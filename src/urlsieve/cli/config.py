@@ -9,9 +9,8 @@ import time
 from typing import Any
 
 from urlsieve.exceptions import ConfigError, UrlsieveError
-from urlsieve.filter import Filter
 from urlsieve.gateway.config import ENV_VARS, GatewayConfig, describe, load_config
-from urlsieve.gateway.rules import check_selection
+from urlsieve.gateway.rules import load_selected
 from urlsieve.match.snapshot import SnapshotError, read_snapshot_info
 
 
@@ -37,8 +36,7 @@ def register(sub: Any) -> None:
 def _selection(config: GatewayConfig, problems: list[str]) -> list[str]:
     """Read the lists as the gateway would and say what each selected category gives."""
     try:
-        source = Filter.from_lists(config.lists, config.allow, categories=config.categories)
-        lines = check_selection(source, config.categories)
+        source, lines = load_selected(config.lists, config.allow, config.categories)
     except UrlsieveError as exc:
         problems.append(str(exc))
         return []

@@ -24,6 +24,7 @@ __all__ = [
     "check_selection",
     "compile_lists",
     "filter_loader",
+    "load_selected",
     "rules_info",
 ]
 
@@ -76,6 +77,15 @@ def check_selection(source: Filter, categories: Sequence[str]) -> list[str]:
     return lines
 
 
+def load_selected(
+    lists: Sequence[str], allow: Sequence[str], categories: Sequence[str] = (), **options: Any
+) -> tuple[Filter, list[str]]:
+    """:meth:`Filter.from_lists` (``options`` passed on) and :func:`check_selection`: the
+    filter, and a line per selected category; every caller selects categories this way."""
+    source = Filter.from_lists(lists, allow, categories=categories, **options)
+    return source, check_selection(source, categories)
+
+
 def compile_lists(
     lists: Sequence[str],
     allow: Sequence[str],
@@ -85,8 +95,7 @@ def compile_lists(
     strict: bool = False,
 ) -> tuple[SnapshotInfo, Filter]:
     """Read the lists and compile the selected rules into a snapshot at ``output``."""
-    source = Filter.from_lists(lists, allow, strict=strict, categories=categories)
-    check_selection(source, categories)
+    source, _ = load_selected(lists, allow, categories, strict=strict)
     rules = source.rules  # already only the selected categories' rules
     meta: dict[str, Any] = {
         "lists": [os.path.abspath(p) for p in lists],
@@ -122,9 +131,7 @@ def filter_loader(config: GatewayConfig) -> Callable[[], Filter]:
         return load_snapshot
 
     def load_lists() -> Filter:
-        loaded = Filter.from_lists(config.lists, config.allow, categories=config.categories)
-        check_selection(loaded, config.categories)
-        return loaded
+        return load_selected(config.lists, config.allow, config.categories)[0]
 
     return load_lists
 
