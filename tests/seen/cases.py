@@ -33,6 +33,12 @@ CASES: list[StoreCase] = [
         persistent=True,
     ),
     StoreCase(
+        "partitioned",  # tiny partitions: each grows several times under the contract
+        lambda request, tmp: f"partitioned:{tmp}/seen.d?partitions=4&capacity=40",
+        exact=True,
+        persistent=True,
+    ),
+    StoreCase(
         "bloom", lambda request, tmp: f"bloom:{tmp}/seen.bloom", exact=False, persistent=True
     ),
     StoreCase(

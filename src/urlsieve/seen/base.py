@@ -214,6 +214,10 @@ _SERVER_PARAMS: dict[str, type] = {
 BACKENDS: dict[str, Backend] = {
     "memory": Backend("urlsieve.seen.memory:MemoryStore", {}),
     "exact": Backend("urlsieve.seen.exact:ExactStore", {"capacity": int, "readonly": bool}),
+    "partitioned": Backend(
+        "urlsieve.seen.partitioned:PartitionedStore",
+        {"partitions": int, "capacity": int, "readonly": bool},
+    ),
     "bloom": Backend(
         "urlsieve.seen.bloom:BloomStore", {"capacity": int, "error": float, "readonly": bool}
     ),
