@@ -4,7 +4,8 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-pytest_plugins = ["tests.seen.valkey_fixtures"]  # real Valkey servers (standalone, cluster)
+# real Valkey servers (standalone, cluster) and a real DNS server (dnsmasq)
+pytest_plugins = ["tests.seen.valkey_fixtures", "tests.neardup.dns_fixtures"]
 
 settings.register_profile(
     "default", max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -19,6 +19,7 @@ EXPECTED = {
     "InvalidURL",
     "Profile",
     "ProfileMismatch",
+    "ResolveError",
     "Rule",
     "RuleSyntaxError",
     "SnapshotError",
@@ -53,7 +54,14 @@ def test_all_is_exactly_the_public_api() -> None:
 
 
 def test_subpackage_all_names_exist() -> None:
-    for module_name in ("urlsieve.url", "urlsieve.exceptions", "urlsieve.rules", "urlsieve.match"):
+    for module_name in (
+        "urlsieve.url",
+        "urlsieve.exceptions",
+        "urlsieve.rules",
+        "urlsieve.match",
+        "urlsieve.seen",
+        "urlsieve.neardup",
+    ):
         module = importlib.import_module(module_name)
         assert module.__all__ == sorted(module.__all__)
         for name in module.__all__:
@@ -73,6 +81,8 @@ def test_exception_hierarchy() -> None:
         exceptions.StoreUnavailable,
     ):
         assert issubclass(cls, exceptions.StoreError)
+    assert issubclass(exceptions.ResolveError, exceptions.UrlsieveError)
+    assert not issubclass(exceptions.ResolveError, exceptions.StoreError)
     err = exceptions.RuleSyntaxError("empty host", "lists/ads/urls", 1042)
     assert str(err) == "lists/ads/urls:1042: empty host"
 

@@ -9,6 +9,8 @@ Hierarchy::
     ├── SnapshotError                  a compiled snapshot that cannot be used (``path: reason``)
     ├── HelperProtocolError (ValueError) a Squid helper request line that cannot be read
     ├── NoRules                        a gateway process has no rules loaded (and why)
+    ├── ResolveError                   a name server that does not answer or fails (timeout,
+    │                                  SERVFAIL, refused); a name that does not exist is not one
     └── StoreError                     a seen store cannot do what was asked
         ├── StoreCorrupt               a file that is not a store, truncated, or damaged
         ├── ProfileMismatch            a store written under another canonical profile
@@ -30,6 +32,7 @@ __all__ = [
     "InvalidURL",
     "NoRules",
     "ProfileMismatch",
+    "ResolveError",
     "RuleSyntaxError",
     "SnapshotError",
     "StoreClosed",
@@ -90,6 +93,15 @@ class HelperProtocolError(UrlsieveError, ValueError):
 
 class NoRules(UrlsieveError):
     """No rule set could be loaded; the message says why (the failure mode decides)."""
+
+
+class ResolveError(UrlsieveError):
+    """DNS failed for a host name (a name that does not exist is an empty answer, not this)."""
+
+    def __init__(self, host: str, reason: str) -> None:
+        self.host = host
+        self.reason = reason
+        super().__init__(f"cannot resolve {host!r}: {reason}")
 
 
 class StoreError(UrlsieveError):
