@@ -17,6 +17,10 @@ Two tables:
    canonicalisation, as an application calls it (``add_many``/``add``).
 
 Adds are timed once (they change the store); lookups are the median of 3.
+
+``--writers`` runs the seed-004 writer table instead: 1, 2 and 4 writer
+processes adding the same URLs to one ``exact:`` file (one lock for all) and to
+a ``partitioned:`` directory where each writer owns its domains' partitions.
 """
 
 from __future__ import annotations
@@ -357,6 +361,99 @@ def verdicts(core: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def _writer(
+    spec: str, urls: list[str], batch: int, barrier: Any, out: Any
+) -> None:  # a writer process: add its URLs in batches once every writer is ready
+    with open_seen(spec) as store:
+        barrier.wait()
+        start = time.perf_counter()
+        new = 0
+        for part in chunks(urls, batch):
+            new += sum(store.add_many(part))
+        store.flush()
+        out.put((start, time.perf_counter(), new))
+
+
+def _run_writers(spec: str, shares: list[list[str]], batch: int) -> tuple[float, int]:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(len(shares))
+    queue = ctx.Queue()
+    procs = [
+        ctx.Process(target=_writer, args=(spec, share, batch, barrier, queue)) for share in shares
+    ]
+    for proc in procs:
+        proc.start()
+    results = [queue.get(timeout=3600) for _ in procs]
+    for proc in procs:
+        proc.join()
+    wall = max(r[1] for r in results) - min(r[0] for r in results)
+    return wall, sum(r[2] for r in results)
+
+
+def writers_section(urls: list[str], source: str, batches: list[int]) -> str:
+    """Seed 004's writers: one lock for all (exact:) against a lock per partition."""
+    from urlsieve.seen.partitioned import PartitionedStore
+
+    rows = []
+    for batch in batches:
+        base: dict[str, float] = {}
+        for writers in (1, 2, 4):
+            for kind in ("exact", "partitioned"):
+                with tempfile.TemporaryDirectory(prefix="urlsieve-writers-") as tmp:
+                    if kind == "exact":
+                        spec = f"exact:{tmp}/seen.exact?capacity={len(urls)}"
+                        shares = [urls[i::writers] for i in range(writers)]
+                        note = "URLs dealt round-robin; every writer takes the one lock"
+                    else:
+                        spec = f"partitioned:{tmp}/seen.d?partitions=16&capacity={len(urls)}"
+                        with PartitionedStore(f"{tmp}/seen.d", partitions=16) as store:
+                            owners = [store.owner(u, writers) for u in urls]
+                        shares = [
+                            [u for u, o in zip(urls, owners, strict=True) if o == i]
+                            for i in range(writers)
+                        ]
+                        note = "each writer adds the URLs of the domains it owns"
+                    wall, new = _run_writers(spec, shares, batch)
+                assert new == len(urls), f"{kind} x{writers}: {new} new of {len(urls)}"
+                rate = len(urls) / wall
+                base.setdefault(kind, rate)
+                rows.append(
+                    [
+                        kind,
+                        writers,
+                        f"{batch:,}",
+                        f"{rate:,.0f}",
+                        f"{rate / base[kind]:.2f}x",
+                        f"{min(len(s) for s in shares):,}–{max(len(s) for s in shares):,}",
+                        note,
+                    ]
+                )
+    header = [
+        "store",
+        "writers",
+        "batch",
+        "URLs/s (all writers)",
+        "vs 1 writer",
+        "URLs per writer",
+        "how the URLs are shared",
+    ]
+    return f"""### Writers that own their domains (seed 004 §3.3)
+
+Command: `python benchmarks/seen.py --writers {" ".join(sys.argv[2:])}`
+
+{len(urls):,} distinct URLs from {source}, added by 1, 2 and 4 writer processes (each
+starts at a barrier; time = first start to last finish, canonicalisation included), into
+one `exact:` file (one `flock` for every write) and into `partitioned:` with 16
+partitions, where writer *i* adds the URLs whose registrable domain it owns
+(`store.owner(url, writers)`). Every run checks that each URL was reported new exactly
+once. Machine: {machine()} — with 2 cores, 4 writers cannot run faster than 2.
+
+{table(header, rows)}
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--urls", type=int, default=1_000_000)
@@ -365,9 +462,20 @@ def main() -> None:
     parser.add_argument(
         "--data", type=Path, help="the shared data directory (default: ../shared/data)"
     )
+    parser.add_argument("--writers", action="store_true", help="the seed-004 writer table only")
+    parser.add_argument(
+        "--batches", default="1000,100", help="--writers: batch sizes of add_many, comma-separated"
+    )
     args = parser.parse_args()
     if args.data:
         _common.SHARED_DATA = args.data
+    if args.writers:
+        urls, _, source = dataset(args.urls)
+        section = writers_section(urls, source, [int(b) for b in args.batches.split(",")])
+        print(section)
+        if args.write:
+            write_section("seen-writers", section)
+        return
     adds, misses, source = dataset(args.urls)
     canon_time = timed(lambda: [canonicalize(u) for u in adds[:200_000]]) / 200_000
     header = [

@@ -24,6 +24,9 @@ def test_a_domain_and_its_subdomains_share_a_partition(tmp_path: Path) -> None:
         first = store.partition("http://bbc.co.uk/")
         assert store.partition("http://news.bbc.co.uk/x") == first
         assert store.partition("https://WWW.BBC.CO.UK:8080/y") == first
+        v6 = store.partition("http://[2001:db8::1]:8080/a")
+        assert v6 == store.partition("http://[2001:DB8:0::1]/b")
+        assert store.partition("http://10.0.0.1:81/") == store.partition("http://167772161/")
         spread = {store.partition(f"http://www.site{i}.org/") for i in range(2000)}
         assert len(spread) == 64  # registrable domains spread over every partition
         assert {store.owner(f"http://d{i}.com/", 3) for i in range(300)} == {0, 1, 2}

@@ -274,7 +274,11 @@ class ExactStore(MappedStore):
         raise StoreCorrupt(f"{self._path}: exact table has no free slot; rebuild the store")
 
     def add(self, url: str) -> bool:
-        fp = self._fingerprint(url)
+        return self.add_fingerprint(self._fingerprint(url))
+
+    def add_fingerprint(self, fp: int) -> bool:
+        """Add one 64-bit fingerprint (0 counts as 1); True when it was new."""
+        fp = fp or 1
         while True:
             try:
                 with self._writing:
@@ -332,9 +336,12 @@ class ExactStore(MappedStore):
     def __contains__(self, url: object) -> bool:
         if not isinstance(url, str):
             return False
-        fp = self._fingerprint(url)
+        return self.contains_fingerprint(self._fingerprint(url))
+
+    def contains_fingerprint(self, fp: int) -> bool:
+        """Membership of one 64-bit fingerprint (0 counts as 1)."""
         with self._reading:
-            return self._find(fp)[0]
+            return self._find(fp or 1)[0]
 
     def contains_many(self, urls: Iterable[str]) -> list[bool]:
         flags: list[bool] = self.contains_fingerprints(self._fingerprints(urls)).tolist()

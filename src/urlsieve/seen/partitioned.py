@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import xxhash
 
 from urlsieve.exceptions import (
@@ -41,7 +43,7 @@ from urlsieve.exceptions import (
 from urlsieve.seen._files import os_error
 from urlsieve.seen.base import ClosingStore, StoreStats
 from urlsieve.seen.exact import ExactStore
-from urlsieve.url import FILTER, Profile, parse_url
+from urlsieve.url import FILTER, Profile, canonicalize
 from urlsieve.url.expressions import _suffix_list
 
 __all__ = ["PartitionedStore", "domain_key"]
@@ -50,6 +52,24 @@ MANIFEST = "PARTITIONS"
 FORMAT = "urlsieve-partitioned/1"
 MAX_PARTITIONS = 4096
 DEFAULT_PARTITIONS = 16
+
+
+SMALL_GROUP = 8  # a partition's share of a batch up to this size is added key by key
+HOST_CACHE = 1 << 16  # hosts whose partition is remembered (cleared when full)
+_IPV4 = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+xxh3_64 = xxhash.xxh3_64_intdigest
+
+
+def _host_of(canonical: str) -> str:
+    """The host of a canonical URL (``scheme://host[:port]/…``; IPv6 in brackets)."""
+    netloc = canonical[canonical.index("://") + 3 :].partition("/")[0]
+    if netloc.startswith("["):
+        return netloc[: netloc.index("]") + 1]
+    return netloc.partition(":")[0]
+
+
+def _is_ip(host: str) -> bool:
+    return host.startswith("[") or _IPV4.fullmatch(host) is not None
 
 
 def domain_key(host: str, *, is_ip: bool = False) -> str:
@@ -88,6 +108,7 @@ class PartitionedStore(ClosingStore):
         self.partitions = self._manifest(partitions)
         self._capacity = None if capacity is None else max(1, capacity // self.partitions)
         self._parts: list[ExactStore | None] = [None] * self.partitions
+        self._host_parts: dict[str, int] = {}
 
     # ---------------------------------------------------------------- manifest
     def _manifest(self, partitions: int | None) -> int:
@@ -152,11 +173,17 @@ class PartitionedStore(ClosingStore):
 
     def partition(self, url: str) -> int:
         """The partition of ``url``'s registrable domain (raises ``InvalidURL``)."""
-        parsed = parse_url(url, self._profile)
-        return self._partition_of(domain_key(parsed.host, is_ip=parsed.is_ip))
+        return self._partition_of_host(_host_of(canonicalize(url, self._profile)))
 
-    def _partition_of(self, domain: str) -> int:
-        return xxhash.xxh3_64_intdigest(domain.encode("ascii")) % self.partitions
+    def _partition_of_host(self, host: str) -> int:
+        part = self._host_parts.get(host)
+        if part is None:
+            if len(self._host_parts) >= HOST_CACHE:
+                self._host_parts.clear()
+            domain = domain_key(host, is_ip=_is_ip(host))
+            part = xxhash.xxh3_64_intdigest(domain.encode("ascii")) % self.partitions
+            self._host_parts[host] = part
+        return part
 
     def owner(self, url: str, writers: int) -> int:
         """Which of ``writers`` writer processes owns ``url``'s domain (partition mod writers)."""
@@ -164,20 +191,10 @@ class PartitionedStore(ClosingStore):
             raise ValueError("writers must be at least 1")
         return self.partition(url) % writers
 
-    def _keys(self, urls: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
-        parts: list[int] = []
-        keys: list[int] = []
-        profile = self._profile
-        cache: dict[str, int] = {}
-        for url in urls:
-            parsed = parse_url(url, profile)
-            part = cache.get(parsed.host)
-            if part is None:
-                part = cache[parsed.host] = self._partition_of(
-                    domain_key(parsed.host, is_ip=parsed.is_ip)
-                )
-            parts.append(part)
-            keys.append(xxhash.xxh3_64_intdigest(parsed.canonical.encode("ascii")))
+    def _keys(self, urls: Iterable[str]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.uint64]]:
+        canonical = [canonicalize(u, self._profile) for u in urls]  # all or nothing: may raise
+        parts = [self._partition_of_host(_host_of(c)) for c in canonical]
+        keys = [xxh3_64(c.encode("ascii")) for c in canonical]
         return np.array(parts, dtype=np.intp), np.array(keys, dtype=np.uint64)
 
     def _each_part(self, urls: Iterable[str], add: bool) -> list[bool]:
@@ -190,7 +207,11 @@ class PartitionedStore(ClosingStore):
                 if add:
                     raise StoreReadOnly(f"partitioned:{self._dir} is open read-only")
                 continue
-            if add:
+            if len(where) <= SMALL_GROUP:  # the batch path's fixed cost is ~100 µs
+                one = store.add_fingerprint if add else store.contains_fingerprint
+                for i in where.tolist():
+                    out[i] = one(int(keys[i]))
+            elif add:
                 out[where] = store.add_fingerprints(keys[where])
             else:
                 out[where] = store.contains_fingerprints(keys[where])
