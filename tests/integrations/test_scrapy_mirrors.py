@@ -138,8 +138,11 @@ def test_the_site_is_what_the_test_says() -> None:
 
 
 @pytest.mark.slow
-def test_mirrors_are_detected_and_not_fetched_twice(dns_server: DnsServer, origin: _Origin) -> None:
-    stats = crawl(dns_server, origin, {})
+def test_mirrors_are_detected_and_not_fetched_twice(
+    dns_server: DnsServer, origin: _Origin, tmp_path: Path
+) -> None:
+    report = tmp_path / "aliases.json"
+    stats = crawl(dns_server, origin, {"URLSIEVE_ALIAS_REPORT": str(report)})
     per_host = Counter(r.split("/")[0] for r in origin.requests)
     # Unrelated sites are crawled in full, shared address or not.
     assert per_host["other.shared.test"] == PAGES
@@ -152,6 +155,19 @@ def test_mirrors_are_detected_and_not_fetched_twice(dns_server: DnsServer, origi
     assert stats["urlsieve/confirmed_aliases"] == 2
     assert stats["urlsieve/alias_candidates"] >= 3 + PAGES  # alias's and other's pages
     assert stats["urlsieve/aliases"] >= 1
+    # Every decision is explained: which pages, which distances, against which thresholds.
+    explained = json.loads(report.read_text())
+    assert explained["aliases"] == {
+        "alias.orig.test": "www.orig.test",
+        "copy.mirror.test": "www.orig.test",
+    }
+    by_pair = {(d["host"], d["other"]): d for d in explained["decisions"]}
+    mirror = by_pair[("copy.mirror.test", "www.orig.test")]
+    assert mirror["confirmed"] and len(mirror["agree"]) == 3
+    assert all(p["distance"] <= 3 for p in mirror["agree"])
+    shared = by_pair[("other.shared.test", "www.orig.test")]
+    assert not shared["confirmed"] and len(shared["disagree"]) >= 3
+    assert ("diff.site.test", "www.orig.test") not in by_pair
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ Settings (``settings.py``)::
     URLSIEVE_MIRROR_MIN_PAIRS = 3          # same-location page pairs a host-pair decision needs
     URLSIEVE_MIRROR_MIN_RATIO = 0.9        # share of them that must be near duplicates
     URLSIEVE_DROP_NEAR_DUPLICATES = False  # drop a response whose text is a near duplicate
+    URLSIEVE_ALIAS_REPORT = None           # path: every host-pair decision as JSON at the end
 
 The duplicate filter runs :class:`~urlsieve.neardup.AliasTracker` on every
 GET request: a known name ID is a duplicate; a URL whose IP ID is known but
@@ -39,6 +40,7 @@ memory (see :mod:`urlsieve.neardup.aliases`).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import weakref
 from typing import TYPE_CHECKING, Any, Self
@@ -221,8 +223,29 @@ class AliasDupeFilter(UrlsieveDupeFilter):
             self.crawler.stats.set_value("urlsieve/confirmed_aliases", len(confirmed))
             for host, target in sorted(confirmed.items()):
                 logger.info("urlsieve: %s is an alias of %s", host, target)
+        report = self.crawler.settings.get("URLSIEVE_ALIAS_REPORT") if self.crawler else None
+        if report:
+            self._write_report(str(report))
         super().close(reason)
         self.shared.close()
+
+    def _write_report(self, path: str) -> None:
+        detector = self.tracker.detector
+        body = {
+            "thresholds": {
+                "distance": detector.distance,
+                "min_pairs": detector.min_pairs,
+                "min_ratio": detector.min_ratio,
+            },
+            "aliases": dict(sorted(detector.aliases.items())),
+            "decisions": [d.as_dict() for d in detector.decisions()],
+            "counts": self.tracker.counts,
+        }
+        try:
+            with open(path, "w", encoding="utf-8") as out:
+                json.dump(body, out, indent=1)
+        except OSError as exc:
+            logger.error("urlsieve: cannot write the alias report %s: %s", path, exc)
 
 
 def page_text(response: Response) -> str | None:
