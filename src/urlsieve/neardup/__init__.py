@@ -10,6 +10,7 @@ from urlsieve.neardup.aliases import (
     ip_url,
     url_ids,
 )
+from urlsieve.neardup.index import FileIndex, MemoryIndex, NearDupIndex, ValkeyIndex, open_index
 from urlsieve.neardup.resolver import (
     AsyncDNSResolver,
     DNSResolver,
@@ -17,19 +18,27 @@ from urlsieve.neardup.resolver import (
     StaticResolver,
     open_resolver,
 )
+from urlsieve.neardup.simhash import hamming, simhash
 
 __all__ = [
     "AliasDecision",
     "AliasTracker",
     "AsyncDNSResolver",
     "DNSResolver",
+    "FileIndex",
+    "MemoryIndex",
     "MirrorDetector",
+    "NearDupIndex",
     "PagePair",
     "Resolver",
     "Sighting",
     "StaticResolver",
     "UrlIds",
+    "ValkeyIndex",
+    "hamming",
     "ip_url",
+    "open_index",
     "open_resolver",
+    "simhash",
     "url_ids",
 ]
