@@ -1,14 +1,15 @@
 """Near-duplicate index over 64-bit SimHashes: every key within ``k`` bits of a query.
 
-Pigeonhole tables in the style of Manku, Jain & Das Sarma (WWW 2007): the 64
-bits are cut into ``k + 1`` blocks; two fingerprints within ``k`` bits agree
-exactly on at least one block (``k`` differing bits touch at most ``k``
-blocks), so one table per block (block value → documents) yields every
-candidate, and the popcount of the XOR keeps the true ones. The index is
-exact: no fingerprint within ``k`` bits of a query is ever missed, and none
-farther is returned. With ``k = 3`` the blocks are 16 bits wide, so at 10⁵
-documents a random block value holds ~1.5 of them: a query looks at a few
-candidates in four dictionaries.
+Permuted tables in the style of Manku, Jain & Das Sarma (WWW 2007): the 64
+bits are cut into ``blocks`` blocks (default ``k + 1``); ``k`` differing bits
+touch at most ``k`` blocks, so two fingerprints within ``k`` bits agree exactly
+on at least ``blocks - k`` of them. One table per choice of ``blocks - k``
+blocks, keyed by their values, therefore yields every candidate, and the
+popcount of the XOR keeps the true ones. The index is exact: no fingerprint
+within ``k`` bits of a query is ever missed, and none farther is returned.
+With ``k = 3`` (4 tables keyed by 16-bit blocks), a random key holds ~1.5 of
+10⁵ documents; for a larger ``k``, more blocks keep the keys wide (``k = 5,
+blocks = 7``: 21 tables keyed by two 9-bit blocks), trading memory for speed.
 
 Backends, chosen by a spec (:func:`open_index`), behind one protocol:
 
@@ -29,13 +30,18 @@ every (key, distance) pair within ``k``, so it can name a key twice.
 from __future__ import annotations
 
 import fcntl
+import itertools
+import math
 import os
 import re
 import struct
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
 
 from urlsieve.exceptions import ConfigError, StoreClosed, StoreCorrupt
 from urlsieve.seen._files import os_error
@@ -44,10 +50,12 @@ from urlsieve.seen.base import ClosingStore, parse_spec
 __all__ = ["FileIndex", "MemoryIndex", "NearDupIndex", "ValkeyIndex", "open_index"]
 
 MAX_K = 8
+MAX_TABLES = 64
 MAX_KEY = 8192  # bytes of UTF-8
 MASK64 = (1 << 64) - 1
 
 Match = tuple[str, int]
+U64 = npt.NDArray[np.uint64]
 
 
 @runtime_checkable
@@ -75,15 +83,55 @@ class NearDupIndex(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-def _blocks(k: int) -> list[tuple[int, int]]:
-    """(shift, mask) of ``k + 1`` near-equal blocks covering the 64 bits."""
-    count = k + 1
-    out, start = [], 0
-    for i in range(count):
-        width = 64 // count + (1 if i < 64 % count else 0)
-        out.append((start, (1 << width) - 1))
-        start += width
-    return out
+class Layout:
+    """Which bits key each table: ``blocks`` near-equal blocks, every ``blocks - k`` of them."""
+
+    def __init__(self, k: int, blocks: int | None = None) -> None:
+        blocks = k + 1 if blocks is None else blocks
+        if not k < blocks <= 64:
+            raise ConfigError(f"near-duplicate index: blocks must be {k + 1}..64 for k={k}")
+        if math.comb(blocks, blocks - k) > MAX_TABLES:
+            raise ConfigError(
+                f"near-duplicate index: k={k}, blocks={blocks} needs "
+                f"{math.comb(blocks, blocks - k):,} tables (at most {MAX_TABLES})"
+            )
+        self.k, self.blocks = k, blocks
+        self.parts: list[tuple[int, int, int]] = []  # shift, mask, width of each block
+        start = 0
+        for i in range(blocks):
+            width = 64 // blocks + (1 if i < 64 % blocks else 0)
+            self.parts.append((start, (1 << width) - 1, width))
+            start += width
+        #: per table: (block index, where its bits go in the table key), and the key's width
+        self.tables: list[tuple[tuple[tuple[int, int], ...], int]] = []
+        for chosen in itertools.combinations(range(blocks), blocks - k):
+            fields, offset = [], 0
+            for index in chosen:
+                fields.append((index, offset))
+                offset += self.parts[index][2]
+            self.tables.append((tuple(fields), offset))
+        self._single = all(len(fields) == 1 for fields, _ in self.tables)
+
+    def keys(self, fp: int) -> list[int]:
+        """The key of ``fp`` in every table."""
+        values = [(fp >> shift) & mask for shift, mask, _ in self.parts]
+        if self._single:
+            return values
+        out = []
+        for fields, _ in self.tables:
+            key = 0
+            for index, offset in fields:
+                key |= values[index] << offset
+            out.append(key)
+        return out
+
+    def keys_array(self, table: int, fps: U64) -> U64:
+        """The key of every fingerprint of ``fps`` in ``table``."""
+        key = np.zeros(len(fps), dtype=np.uint64)
+        for index, offset in self.tables[table][0]:
+            shift, mask, _ = self.parts[index]
+            key |= ((fps >> np.uint64(shift)) & np.uint64(mask)) << np.uint64(offset)
+        return key
 
 
 def _check_k(k: int) -> int:
@@ -108,21 +156,22 @@ def _pairs(keys: Sequence[str], fps: Sequence[int]) -> list[tuple[bytes, int]]:
 class _Tables:
     """The in-memory tables both local backends query."""
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, blocks: int | None = None) -> None:
         self.k = _check_k(k)
-        self._blocks = _blocks(k)
-        self._tables: list[dict[int, list[int]]] = [{} for _ in self._blocks]
+        self.layout = Layout(k, blocks)
+        self._tables: list[dict[int, list[int]]] = [{} for _ in self.layout.tables]
         self._keys: list[str] = []
         self._fps: list[int] = []
+        self._arrays: tuple[U64, list[_Sorted]] | None = None
 
     def _insert(self, key: str, fp: int) -> None:
         doc = len(self._keys)
         self._keys.append(key)
         self._fps.append(fp)
-        for table, (shift, mask) in zip(self._tables, self._blocks, strict=True):
-            bucket = table.get((fp >> shift) & mask)
+        for table, value in zip(self._tables, self.layout.keys(fp), strict=True):
+            bucket = table.get(value)
             if bucket is None:
-                table[(fp >> shift) & mask] = [doc]
+                table[value] = [doc]
             else:
                 bucket.append(doc)
 
@@ -135,22 +184,112 @@ class _Tables:
     def _lookup(self, fp: int, k: int) -> list[Match]:
         fp &= MASK64
         fps = self._fps
-        found: dict[int, int] = {}
-        for table, (shift, mask) in zip(self._tables, self._blocks, strict=True):
-            for doc in table.get((fp >> shift) & mask, ()):
-                if doc not in found:
-                    found[doc] = (fps[doc] ^ fp).bit_count()
         keys = self._keys
-        out = [(keys[d], dist) for d, dist in found.items() if dist <= k]
-        out.sort(key=lambda m: (m[1], m[0]))
+        out: list[Match] = []
+        seen: set[int] = set()
+        for table, key in zip(self._tables, self.layout.keys(fp), strict=True):
+            bucket = table.get(key)
+            if bucket is None:
+                continue
+            for doc in bucket:
+                distance = (fps[doc] ^ fp).bit_count()
+                if distance <= k and doc not in seen:
+                    seen.add(doc)
+                    out.append((keys[doc], distance))
+        if len(out) > 1:
+            out.sort(key=_order)
         return out
+
+    # ------------------------------------------------------------- batch path
+    def _sorted_tables(self) -> tuple[U64, list[_Sorted]]:
+        """Per table: the block values sorted, the documents in that order, and (for
+        blocks of up to 20 bits) where each block value's run starts (cached)."""
+        cached = self._arrays
+        if cached is not None and len(cached[0]) == len(self._fps):
+            return cached
+        fps = np.array(self._fps, dtype=np.uint64)
+        tables = []
+        for table, (_, width) in enumerate(self.layout.tables):
+            values = self.layout.keys_array(table, fps)
+            order = np.argsort(values, kind="stable")
+            values = values[order]
+            starts = None
+            if width <= DIRECT_BITS:  # direct addressing: two gathers instead of two searches
+                starts = np.searchsorted(values, np.arange((1 << width) + 1, dtype=np.uint64))
+            tables.append(_Sorted(values, order, starts))
+        self._arrays = (fps, tables)
+        return self._arrays
+
+    def _lookup_many(self, queries: Sequence[int], k: int) -> list[list[Match]]:
+        """Every query at once: candidate ranges by binary search, distances vectorised."""
+        if len(queries) < BATCH_MIN or not self._fps:
+            return [self._lookup(int(q), k) for q in queries]
+        fps, tables = self._sorted_tables()
+        if isinstance(queries, np.ndarray) and queries.dtype == np.uint64:
+            q = queries
+        else:
+            q = np.array([int(v) & MASK64 for v in queries], dtype=np.uint64)
+        which, docs = [], []
+        for table, (values, order, offsets) in enumerate(tables):
+            wanted = self.layout.keys_array(table, q)
+            if offsets is not None:
+                lo = offsets[wanted]
+                counts = offsets[wanted + np.uint64(1)] - lo
+            else:
+                lo = np.searchsorted(values, wanted, side="left")
+                counts = np.searchsorted(values, wanted, side="right") - lo
+            total = int(counts.sum())
+            if not total:
+                continue
+            starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+            which.append(np.repeat(np.arange(len(q)), counts))
+            docs.append(order[starts + np.arange(total)])
+        if not which:
+            return [[] for _ in queries]
+        qi, di = np.concatenate(which), np.concatenate(docs)
+        distance = _popcount(fps[di] ^ q[qi])
+        keep = distance <= k
+        pair = np.unique(qi[keep].astype(np.int64) * len(fps) + di[keep])  # one per (query, doc)
+        qi, di = pair // len(fps), pair % len(fps)
+        distance = _popcount(fps[di] ^ q[qi])
+        out: list[list[Match]] = [[] for _ in queries]
+        keys = self._keys
+        for query, doc, dist in zip(qi.tolist(), di.tolist(), distance.tolist(), strict=True):
+            out[query].append((keys[doc], dist))
+        for matches in out:
+            if len(matches) > 1:
+                matches.sort(key=_order)
+        return out
+
+
+BATCH_MIN = 64  # below this many queries, the per-query path is faster
+DIRECT_BITS = 18  # table keys this wide or narrower are addressed directly in the batch path
+
+
+class _Sorted(NamedTuple):
+    values: U64
+    order: npt.NDArray[np.intp]
+    starts: npt.NDArray[np.intp] | None
+
+
+def _popcount(words: U64) -> npt.NDArray[np.integer]:
+    if hasattr(np, "bitwise_count"):  # numpy 2
+        counts: npt.NDArray[np.integer] = np.bitwise_count(words)
+        return counts
+    as_bytes = np.unpackbits(words.view(np.uint8).reshape(*words.shape, 8), axis=-1)
+    summed: npt.NDArray[np.integer] = as_bytes.sum(axis=-1)
+    return summed
+
+
+def _order(match: Match) -> tuple[int, str]:
+    return match[1], match[0]
 
 
 class MemoryIndex(_Tables, ClosingStore):
     """The index in this process's memory; ``k`` is the largest distance a query may ask."""
 
-    def __init__(self, k: int = 3) -> None:
-        super().__init__(k)
+    def __init__(self, k: int = 3, *, blocks: int | None = None) -> None:
+        super().__init__(k, blocks)
         self._closed = False
 
     def _live(self) -> None:
@@ -171,8 +310,7 @@ class MemoryIndex(_Tables, ClosingStore):
 
     def query_many(self, fps: Sequence[int], k: int | None = None) -> list[list[Match]]:
         self._live()
-        k = self._distance(k)
-        return [self._lookup(int(fp), k) for fp in fps]
+        return self._lookup_many(fps, self._distance(k))
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -184,13 +322,13 @@ class MemoryIndex(_Tables, ClosingStore):
         self._closed = True
 
     def __repr__(self) -> str:
-        return f"MemoryIndex(k={self.k}, {len(self)} keys)"
+        return f"MemoryIndex(k={self.k}, blocks={self.layout.blocks}, {len(self)} keys)"
 
 
 # ---------------------------------------------------------------- the shared file
 
 MAGIC = b"urlsieve-nd-log\n"  # 16 bytes
-_HEADER = struct.Struct("<16sII")  # magic, format version, k
+_HEADER = struct.Struct("<16sIII")  # magic, format version, k, blocks
 _RECORD = struct.Struct("<QI")  # fingerprint, key length; then the key, then crc32
 _CRC = struct.Struct("<I")
 FORMAT = 1
@@ -205,8 +343,10 @@ class FileIndex(_Tables, ClosingStore):
     next look. :meth:`flush` makes what was added durable (``fsync``).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, k: int = 3) -> None:
-        super().__init__(k)
+    def __init__(
+        self, path: str | os.PathLike[str], *, k: int = 3, blocks: int | None = None
+    ) -> None:
+        super().__init__(k, blocks)
         self.path = Path(path)
         self._closed = False
         self._offset = _HEADER.size
@@ -224,7 +364,7 @@ class FileIndex(_Tables, ClosingStore):
         with self._locked():
             size = os.fstat(self._fd).st_size
             if size == 0:
-                self._write(_HEADER.pack(MAGIC, FORMAT, self.k))
+                self._write(_HEADER.pack(MAGIC, FORMAT, self.k, self.layout.blocks))
                 return
         head = os.pread(self._fd, _HEADER.size, 0)
         if len(head) < _HEADER.size or head[:16] != MAGIC:
@@ -232,12 +372,17 @@ class FileIndex(_Tables, ClosingStore):
                 f"{self.path}: not a urlsieve near-duplicate index (bad magic); "
                 "point the spec at another path or delete the file"
             )
-        _, version, k = _HEADER.unpack(head)
+        _, version, k, blocks = _HEADER.unpack(head)
         if version != FORMAT:
             raise StoreCorrupt(f"{self.path}: index format {version}, this urlsieve reads {FORMAT}")
         if k != self.k:
             raise ConfigError(
                 f"{self.path} was built with k={k}, not k={self.k}: open it with k={k}"
+            )
+        if blocks != self.layout.blocks:
+            raise ConfigError(
+                f"{self.path} was built with blocks={blocks}, not {self.layout.blocks}: "
+                f"open it with blocks={blocks}"
             )
         self._catch_up()
 
@@ -323,7 +468,7 @@ class FileIndex(_Tables, ClosingStore):
         self._live()
         k = self._distance(k)
         self._catch_up()
-        return [self._lookup(int(fp), k) for fp in fps]
+        return self._lookup_many(fps, k)
 
     def __len__(self) -> int:
         self._live()
@@ -380,6 +525,7 @@ class ValkeyIndex(ClosingStore):
         *,
         prefix: str = "urlsieve",
         k: int = 3,
+        blocks: int | None = None,
         timeout: float = 5.0,
         retries: int = 3,
     ) -> None:
@@ -392,25 +538,31 @@ class ValkeyIndex(ClosingStore):
             )
         self.k = _check_k(k)
         self.prefix = prefix
-        self._blocks = _blocks(k)
+        self.layout = Layout(k, blocks)
         self._cmd = Cmd
         self._router = Router(url, timeout=timeout, retries=retries)
         self._closed = False
         meta = f"{{{prefix}}}:ndmeta"
         self._count_key = f"{{{prefix}}}:ndcount"
+        layout = f"{k}/{self.layout.blocks}"
         _, stored = self._router.execute(
-            [Cmd(meta, ("HSETNX", meta, "k", k)), Cmd(meta, ("HGET", meta, "k"))], idempotent=True
+            [Cmd(meta, ("HSETNX", meta, "layout", layout)), Cmd(meta, ("HGET", meta, "layout"))],
+            idempotent=True,
         )
-        if int(stored) != k:
+        stored = stored.decode() if isinstance(stored, bytes) else str(stored)
+        if stored != layout:
             self._router.close()
+            stored_k, _, stored_blocks = stored.partition("/")
             raise ConfigError(
-                f"{self._router.url} prefix {prefix!r} holds an index with k={int(stored)}, "
-                f"not k={k}: open it with k={int(stored)} or use another prefix"
+                f"{self._router.url} prefix {prefix!r} holds an index with k={stored_k}, "
+                f"blocks={stored_blocks}, not k={k}, blocks={self.layout.blocks}: open it with "
+                f"k={stored_k}&blocks={stored_blocks} or use another prefix"
             )
 
-    def _bucket(self, table: int, fp: int) -> str:
-        shift, mask = self._blocks[table]
-        return f"{{{self.prefix}:nd{table}:{(fp >> shift) & mask:x}}}"
+    def _buckets(self, fp: int) -> list[str]:
+        return [
+            f"{{{self.prefix}:nd{table}:{key:x}}}" for table, key in enumerate(self.layout.keys(fp))
+        ]
 
     def _live(self) -> None:
         if self._closed:
@@ -425,13 +577,12 @@ class ValkeyIndex(ClosingStore):
         cmds = []
         for data, fp in pairs:
             member = fp.to_bytes(8, "big") + data
-            for table in range(len(self._blocks)):
-                bucket = self._bucket(table, fp)
+            for bucket in self._buckets(fp):
                 cmds.append(self._cmd(bucket, ("SADD", bucket, member)))
         if not cmds:
             return
         replies = self._router.execute(cmds, idempotent=True)
-        tables = len(self._blocks)
+        tables = len(self.layout.tables)
         new = sum(1 for i in range(0, len(replies), tables) if int(replies[i]) == 1)
         if new:
             key = self._count_key
@@ -455,11 +606,10 @@ class ValkeyIndex(ClosingStore):
         if not 0 <= k <= self.k:
             raise ValueError(f"query distance {k} is outside 0..{self.k} (the index's k)")
         values = [int(fp) & MASK64 for fp in fps]
-        tables = len(self._blocks)
+        tables = len(self.layout.tables)
         cmds = []
         for fp in values:
-            for table in range(tables):
-                bucket = self._bucket(table, fp)
+            for bucket in self._buckets(fp):
                 cmds.append(self._cmd(bucket, ("SMEMBERS", bucket)))
         replies = self._router.execute(cmds, idempotent=True) if cmds else []
         out = []
@@ -488,16 +638,23 @@ class ValkeyIndex(ClosingStore):
         return f"ValkeyIndex({self._router.url!r}, prefix={self.prefix!r}, k={self.k})"
 
 
-_LOCAL_PARAMS: dict[str, type] = {"k": int}
-_SERVER_PARAMS: dict[str, type] = {"k": int, "prefix": str, "timeout": float, "retries": int}
+_LOCAL_PARAMS: dict[str, type] = {"k": int, "blocks": int}
+_SERVER_PARAMS: dict[str, type] = {
+    "k": int,
+    "blocks": int,
+    "prefix": str,
+    "timeout": float,
+    "retries": int,
+}
 _SERVER_SCHEMES = ("valkey", "valkeys", "redis", "rediss", "unix")
 
 
 def open_index(spec: str, **overrides: Any) -> MemoryIndex | FileIndex | ValkeyIndex:
     """A near-duplicate index from a spec: ``memory:``, ``file:PATH``, ``valkey://…``.
 
-    Parameters: ``k`` (every backend; default 3), and for servers ``prefix``,
-    ``timeout`` and ``retries``; keyword ``overrides`` win over the spec's.
+    Parameters: ``k`` (every backend; default 3), ``blocks`` (default ``k + 1``:
+    more blocks make more tables and faster queries at a larger ``k``), and for
+    servers ``prefix``, ``timeout`` and ``retries``; keyword ``overrides`` win.
     """
     parsed = parse_spec(spec)
     backend = parsed.backend

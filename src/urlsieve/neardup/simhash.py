@@ -1,16 +1,20 @@
 """SimHash (Charikar 2002) of a page's text: 64 bits that stay close when the text does.
 
-Features are word shingles: the text is NFKC-normalised and case-folded,
-split into words (``\\w+``; a run of CJK ideographs or kana, which has no
-spaces, becomes its character bigrams so that Chinese text is not one
-word), and every ``shingle`` consecutive tokens form one feature, hashed with
-xxh3-64. Each output bit is the majority vote of that bit over the features
-(computed in numpy: the hashes unpacked to a bit matrix and summed), so
-repeated shingles weigh more, as repeated words do in Charikar's scheme.
+Features are the text's tokens, as in Manku, Jain & Das Sarma (WWW 2007):
+the text is NFKC-normalised and case-folded, split into words (``\\w+``; a
+run of CJK ideographs or kana, which has no spaces, becomes its character
+bigrams so that Chinese text is not one word), and each token is hashed with
+xxh3-64, weighted by how often it occurs. ``shingle=n`` makes every run of
+``n`` tokens one feature instead (order-sensitive, but each edited word then
+changes ``n`` features, so the same edit moves more bits). Each output bit
+is the weighted majority vote of that bit over the features (in numpy: the
+hashes unpacked to a bit matrix and summed).
 
 Two texts that differ in a few words differ in a few bits; unrelated texts
-differ in about 32. Manku, Jain & Das Sarma (WWW 2007) treat pages within 3
-bits as near duplicates at web scale.
+differ in about 32. Manku et al. treat pages within 3 bits as near
+duplicates at web scale. Measured on 600-word texts (``benchmarks/neardup.py``):
+one word and a date line changed is within 3 bits 97 % of the time with token
+features, 63 % with 3-word shingles.
 """
 
 from __future__ import annotations
@@ -78,14 +82,14 @@ def _vote(hashes: list[int]) -> int:
     return int(sum(1 << int(i) for i in chosen))
 
 
-def simhash(text: str, *, shingle: int = 3) -> int:
-    """The 64-bit SimHash of ``text`` over ``shingle``-word shingles (:data:`EMPTY` if no words)."""
+def simhash(text: str, *, shingle: int = 1) -> int:
+    """The 64-bit SimHash of the text's tokens (or ``shingle``-token runs), or :data:`EMPTY`."""
     if shingle < 1:
         raise ValueError(f"shingle must be at least 1, not {shingle}")
     return _vote(_features(tokens(text), shingle))
 
 
-def simhash_many(texts: Iterable[str], *, shingle: int = 3) -> npt.NDArray[np.uint64]:
+def simhash_many(texts: Iterable[str], *, shingle: int = 1) -> npt.NDArray[np.uint64]:
     """:func:`simhash` of each text, as a uint64 array."""
     return np.array([simhash(t, shingle=shingle) for t in texts], dtype=np.uint64)
 
