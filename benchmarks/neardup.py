@@ -11,7 +11,7 @@ duplicate and its original.
 
 Each method in its standard setting, on the same text:
 
-* **SimHash index** (``urlsieve.neardup``): 64-bit SimHash over the text's tokens
+* **SimHash index** (``urlsieve.neardup``): 64-bit SimHash over the text's distinct tokens
   (Manku et al.'s features), pigeonhole tables, every document within ``k`` bits
   (``MemoryIndex``; k = 3, Manku et al.'s setting, and k = 4, 5 with more blocks, so
   more tables with wider keys). Queries one at a time
@@ -252,7 +252,7 @@ Command: `python benchmarks/neardup.py {" ".join(sys.argv[1:])}`
 {len(docs):,} generated documents of {args.words} words (Zipf-like vocabulary of
 {VOCAB:,}); {len(truth):,} of them are near duplicates of an earlier one ({args.edits} word(s)
 replaced and a date line changed: Jaccard of their 3-word shingle sets median
-{statistics.median(jaccards):.3f}, min {min(jaccards):.3f}). SimHash over tokens, MinHash
+{statistics.median(jaccards):.3f}, min {min(jaccards):.3f}). SimHash over distinct tokens, MinHash
 over 3-word shingles (each method's standard features). Queries: every near duplicate
 for recall and precision; {len(sample):,} of them for timing (median of 3 rounds).
 Memory: tracemalloc growth while each index is built from precomputed signatures.

@@ -98,23 +98,21 @@ class _Shared:
             index=self.index,
         )
         profile = _profile(settings)
-        self._names_spec = _store_spec(settings)
         address_spec = settings.get("URLSIEVE_ADDRESS_STORE", "memory:")
         jobdir = settings.get("JOBDIR")
         if "{jobdir}" in address_spec:
             if not jobdir:
                 raise ConfigError("URLSIEVE_ADDRESS_STORE uses {jobdir} but JOBDIR is not set")
             address_spec = address_spec.replace("{jobdir}", str(jobdir))
+        names_spec = _store_spec(settings)
         self.tracker = AliasTracker(
             self.resolver,
             detector=detector,
             profile=profile,
+            # canonicalised through the aliases: a persistent store records that profile
+            names=lambda alias_profile: open_seen(names_spec, profile=alias_profile),
             addresses=open_seen(address_spec, profile=profile),
         )
-        # The name IDs are canonicalised through the aliases: open that store under the
-        # tracker's profile (a persistent one records "crawler+aliases/2" as its profile).
-        self.tracker.names.close()
-        self.tracker.names = open_seen(self._names_spec, profile=self.tracker.profile)
         self.closed = False
 
     def close(self) -> None:

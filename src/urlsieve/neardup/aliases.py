@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -331,14 +331,17 @@ class AliasTracker:
 
     ``names`` and ``addresses`` are seen stores (any spec; memory by default)
     holding the name IDs and the IP IDs. ``profile`` is the canonical profile;
-    the tracker's own :attr:`profile` adds the alias step fed by ``detector``.
+    the tracker's own :attr:`profile` adds the alias step fed by ``detector``,
+    and the name IDs are canonicalised through it: pass ``names`` as a function
+    of that profile (``lambda p: open_seen(spec, profile=p)``) for a persistent
+    store, which records the profile it was written under.
     """
 
     def __init__(
         self,
         resolver: Resolver,
         *,
-        names: SeenStore | None = None,
+        names: SeenStore | Callable[[Profile], SeenStore] | None = None,
         addresses: SeenStore | None = None,
         detector: MirrorDetector | None = None,
         profile: Profile = CRAWLER,
@@ -352,7 +355,12 @@ class AliasTracker:
         )
         self.detector.profile = self.profile
         self.base_profile = profile
-        self.names = names if names is not None else MemoryStore(profile=self.profile)
+        if names is None:
+            self.names: SeenStore = MemoryStore(profile=self.profile)
+        elif callable(names):
+            self.names = names(self.profile)
+        else:
+            self.names = names
         self.addresses = addresses if addresses is not None else MemoryStore(profile=profile)
         self._owner: dict[str, str] = {}  # IP URL -> host that produced it first
         self._host_addresses: dict[str, tuple[str, ...]] = {}

@@ -1,20 +1,23 @@
 """SimHash (Charikar 2002) of a page's text: 64 bits that stay close when the text does.
 
-Features are the text's tokens, as in Manku, Jain & Das Sarma (WWW 2007):
-the text is NFKC-normalised and case-folded, split into words (``\\w+``; a
-run of CJK ideographs or kana, which has no spaces, becomes its character
-bigrams so that Chinese text is not one word), and each token is hashed with
-xxh3-64, weighted by how often it occurs. ``shingle=n`` makes every run of
-``n`` tokens one feature instead (order-sensitive, but each edited word then
-changes ``n`` features, so the same edit moves more bits). Each output bit
-is the weighted majority vote of that bit over the features (in numpy: the
-hashes unpacked to a bit matrix and summed).
+Features are the text's distinct tokens, as in Manku, Jain & Das Sarma (WWW
+2007): the text is NFKC-normalised and case-folded, split into words
+(``\\w+``; a run of CJK ideographs or kana, which has no spaces, becomes its
+character bigrams so that Chinese text is not one word), and each distinct
+token is hashed with xxh3-64. Each output bit is the majority vote of that
+bit over the features (in numpy: the hashes unpacked to a bit matrix and
+summed). ``shingle=n`` makes every distinct run of ``n`` tokens one feature
+instead: order-sensitive, but each edited word then changes ``n`` features,
+so the same edit moves more bits.
 
-Two texts that differ in a few words differ in a few bits; unrelated texts
-differ in about 32. Manku et al. treat pages within 3 bits as near
-duplicates at web scale. Measured on 600-word texts (``benchmarks/neardup.py``):
-one word and a date line changed is within 3 bits 97 % of the time with token
-features, 63 % with 3-word shingles.
+Why distinct tokens, each counted once: counted by occurrence, the words every
+page repeats (stop words, navigation) outvote the content and pull every
+fingerprint towards the same bits, so unrelated pages stop being ~32 bits
+apart and the index's tables fill up (measured on 600-word Zipf texts:
+unrelated pages 22 bits apart with counts, 28 distinct, 32 with 2-word
+shingles; one word and a date line changed: within 3 bits 97 %, 87 % and 76 %
+of the time). Distinct tokens are the middle ground; ``benchmarks/neardup.py``
+shows the recall and speed that follow.
 """
 
 from __future__ import annotations
@@ -63,12 +66,14 @@ def tokens(text: str) -> list[str]:
 
 
 def _features(words: list[str], shingle: int) -> list[int]:
-    if len(words) <= shingle:
-        return [_xxh64(" ".join(words).encode("utf-8", "surrogatepass"))] if words else []
-    return [
-        _xxh64(" ".join(words[i : i + shingle]).encode("utf-8", "surrogatepass"))
-        for i in range(len(words) - shingle + 1)
-    ]
+    """The hashes of the distinct features (tokens, or runs of ``shingle`` tokens)."""
+    if shingle == 1:
+        distinct = set(words)
+    elif len(words) <= shingle:
+        distinct = {" ".join(words)} if words else set()
+    else:
+        distinct = {" ".join(words[i : i + shingle]) for i in range(len(words) - shingle + 1)}
+    return [_xxh64(f.encode("utf-8", "surrogatepass")) for f in distinct]
 
 
 def _vote(hashes: list[int]) -> int:
@@ -83,7 +88,7 @@ def _vote(hashes: list[int]) -> int:
 
 
 def simhash(text: str, *, shingle: int = 1) -> int:
-    """The 64-bit SimHash of the text's tokens (or ``shingle``-token runs), or :data:`EMPTY`."""
+    """The 64-bit SimHash of the text's distinct tokens (or token runs), or :data:`EMPTY`."""
     if shingle < 1:
         raise ValueError(f"shingle must be at least 1, not {shingle}")
     return _vote(_features(tokens(text), shingle))
