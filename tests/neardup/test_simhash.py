@@ -69,10 +69,24 @@ def test_chinese_without_spaces_is_split_into_bigrams() -> None:
 
 
 def test_short_texts_and_shingle_size() -> None:
-    assert simhash("a b c", shingle=3) == xxhash.xxh3_64_intdigest(b"a b c")  # one feature
+    assert simhash("a b c", shingle=3) == simhash("a b c", shingle=7)  # one feature: all three
     assert simhash("a a a") == xxhash.xxh3_64_intdigest(b"a")  # one token, counted thrice
     assert simhash("single") == xxhash.xxh3_64_intdigest(b"single")
     assert simhash("a b c d", shingle=1) != simhash("a b c d", shingle=2)
     with pytest.raises(ValueError):
         simhash("x", shingle=0)
     assert list(simhash_many(["a b c", ""])) == [simhash("a b c"), 0]
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=500))
+def test_the_ascii_fast_path_gives_the_general_paths_tokens(text: str) -> None:
+    from urlsieve.neardup.simhash import _token_bytes
+
+    assert _token_bytes(text) == [t.encode() for t in tokens(text)]
+
+
+def test_shingles_are_order_sensitive_tokens_are_not() -> None:
+    assert simhash("alpha beta gamma delta") == simhash("delta gamma beta alpha")
+    assert simhash("alpha beta gamma delta", shingle=2) != simhash(
+        "delta gamma beta alpha", shingle=2
+    )

@@ -65,33 +65,61 @@ def tokens(text: str) -> list[str]:
     return out
 
 
-def _features(words: list[str], shingle: int) -> list[int]:
-    """The hashes of the distinct features (tokens, or runs of ``shingle`` tokens)."""
-    if shingle == 1:
-        distinct = set(words)
-    elif len(words) <= shingle:
-        distinct = {" ".join(words)} if words else set()
-    else:
-        distinct = {" ".join(words[i : i + shingle]) for i in range(len(words) - shingle + 1)}
-    return [_xxh64(f.encode("utf-8", "surrogatepass")) for f in distinct]
-
-
-def _vote(hashes: list[int]) -> int:
-    if not hashes:
-        return EMPTY
-    bits = np.unpackbits(
-        np.array(hashes, dtype=np.uint64).view(np.uint8).reshape(-1, 8), axis=1, bitorder="little"
+# ASCII fast path (the same tokens as the general path, tested): word bytes kept, letters
+# lowered, everything else a separator; then one split.
+_ASCII_WORDS = (
+    bytes(
+        (b | 0x20 if chr(b).isalpha() else b) if chr(b).isalnum() or b == ord("_") else ord(" ")
+        for b in range(128)
     )
-    ones = bits.sum(axis=0, dtype=np.int64)  # little-endian bytes, little bit order: bit i of int
-    chosen = np.flatnonzero(2 * ones > len(hashes))
-    return int(sum(1 << int(i) for i in chosen))
+    + b" " * 128
+)
+_MUL = np.uint64(0x9E3779B97F4A7C15)  # shingles: a polynomial over the token hashes,
+_C1 = np.uint64(0xFF51AFD7ED558CCD)  # then murmur3's finaliser
+_C2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S33 = np.uint64(33)
+
+
+def _token_bytes(text: str) -> list[bytes]:
+    text = text[:MAX_TEXT]
+    if text.isascii():
+        return text.encode("ascii").translate(_ASCII_WORDS).split()
+    return [t.encode("utf-8", "surrogatepass") for t in tokens(text)]
+
+
+def _features(words: list[bytes], shingle: int) -> npt.NDArray[np.uint64]:
+    """The distinct feature hashes: of the tokens, or of every run of ``shingle`` tokens."""
+    hashes = np.fromiter(map(_xxh64, words), dtype=np.uint64, count=len(words))
+    if shingle > 1 and len(hashes) > 1:
+        width = min(shingle, len(hashes))
+        runs = len(hashes) - width + 1
+        combined = hashes[:runs].copy()
+        for i in range(1, width):
+            combined *= _MUL
+            combined += hashes[i : i + runs]
+        combined ^= combined >> _S33
+        combined *= _C1
+        combined ^= combined >> _S33
+        combined *= _C2
+        combined ^= combined >> _S33
+        hashes = combined
+    return np.unique(hashes)
+
+
+def _vote(features: npt.NDArray[np.uint64]) -> int:
+    if not len(features):
+        return EMPTY
+    bits = np.unpackbits(features.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
+    ones = bits.sum(axis=0, dtype=np.int64)  # little-endian bytes, little bit order: bit i
+    packed = np.packbits(2 * ones > len(features), bitorder="little")
+    return int.from_bytes(packed.tobytes(), "little")
 
 
 def simhash(text: str, *, shingle: int = 1) -> int:
     """The 64-bit SimHash of the text's distinct tokens (or token runs), or :data:`EMPTY`."""
     if shingle < 1:
         raise ValueError(f"shingle must be at least 1, not {shingle}")
-    return _vote(_features(tokens(text), shingle))
+    return _vote(_features(_token_bytes(text), shingle))
 
 
 def simhash_many(texts: Iterable[str], *, shingle: int = 1) -> npt.NDArray[np.uint64]:
