@@ -132,7 +132,7 @@ def test_open_resolver_specs(dns_server: DnsServer) -> None:
         ("dns", "write 'system:'"),
         ("ldap://x", "unknown kind"),
         ("dns://127.0.0.1?ttl=3", "unknown parameter 'ttl'"),
-        ("dns://127.0.0.1?timeout=soon", "not a number"),
+        ("dns://127.0.0.1?timeout=soon", "timeout='soon' is not a valid float"),
         ("dns://nameserver.example", "does not appear to be an IPv4 or IPv6"),
         ("dns://127.0.0.1?timeout=0", "timeout must be positive"),
     ]:

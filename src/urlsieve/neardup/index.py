@@ -45,7 +45,7 @@ import numpy.typing as npt
 
 from urlsieve.exceptions import ConfigError, StoreClosed, StoreCorrupt
 from urlsieve.seen._files import os_error
-from urlsieve.seen.base import ClosingStore, parse_spec
+from urlsieve.seen.base import ClosingStore, cast_param, parse_spec
 
 __all__ = ["FileIndex", "MemoryIndex", "NearDupIndex", "ValkeyIndex", "open_index"]
 
@@ -675,13 +675,7 @@ def open_index(spec: str, **overrides: Any) -> MemoryIndex | FileIndex | ValkeyI
                 f"near-duplicate index spec {spec!r}: unknown parameter {key!r} for {backend} "
                 f"(allowed: {', '.join(sorted(allowed))})"
             )
-        try:
-            options[key] = kind(value)
-        except ValueError:
-            raise ConfigError(
-                f"near-duplicate index spec {spec!r}: {key}={value!r} "
-                f"is not a valid {kind.__name__}"
-            ) from None
+        options[key] = cast_param(kind, key, value, spec, what="near-duplicate index spec")
     options.update(overrides)
     if backend == "memory":
         return MemoryIndex(**options)

@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, urlsplit
 
 from urlsieve.exceptions import ConfigError, ResolveError
+from urlsieve.seen.base import cast_param
 
 __all__ = [
     "AsyncDNSResolver",
@@ -180,6 +181,27 @@ class _DNSBase:
     def _types(self) -> tuple[str, ...]:
         return ("A", "AAAA") if self.ipv6 else ("A",)
 
+    def _begin(self, host: str) -> tuple[str, Addresses | None]:
+        """The name to ask for, and the answer when no query is needed (a literal, cached)."""
+        literal = _literal(host)
+        if literal is not None:
+            return host, literal
+        name = _check_name(host)
+        return name, self.cache.get(name)
+
+    def _finish(self, name: str, answers: list[Any]) -> Addresses:
+        """Every address of the A/AAAA answers, cached for the smallest TTL among them."""
+        found: list[str] = []
+        ttls: list[float] = []
+        for answer in answers:
+            rrset = answer.rrset
+            if rrset is not None:
+                found += [r.to_text() for r in rrset]
+                ttls.append(float(rrset.ttl))
+        addresses = _normalise(found)
+        self.cache.put(name, addresses, min(ttls) if ttls else None)
+        return addresses
+
     @staticmethod
     def _failure(host: str, exc: Exception) -> ResolveError:
         import dns.exception
@@ -198,13 +220,6 @@ class _DNSBase:
         return f"{type(self).__name__}({where}, timeout={self.timeout})"
 
 
-def _answer(answer: Any) -> tuple[list[str], float | None]:
-    rrset = answer.rrset
-    if rrset is None:
-        return [], None
-    return [r.to_text() for r in rrset], float(rrset.ttl)
-
-
 class DNSResolver(_DNSBase):
     """Real DNS (dnspython), blocking; every A and AAAA address, cached for its TTL.
 
@@ -218,34 +233,22 @@ class DNSResolver(_DNSBase):
         self._resolver = self._configure(dns.resolver.Resolver(configure=nameservers is None))
 
     def resolve(self, host: str) -> Addresses:
-        literal = _literal(host)
-        if literal is not None:
-            return literal
-        name = _check_name(host)
-        cached = self.cache.get(name)
-        if cached is not None:
-            return cached
+        name, known = self._begin(host)
+        if known is not None:
+            return known
         import dns.exception
         import dns.resolver
 
-        found: list[str] = []
-        ttls: list[float] = []
         try:
-            for rdtype in self._types:
-                answer = self._resolver.resolve(
-                    name, rdtype, search=False, raise_on_no_answer=False
-                )
-                values, ttl = _answer(answer)
-                found += values
-                if ttl is not None:
-                    ttls.append(ttl)
+            answers = [
+                self._resolver.resolve(name, rdtype, search=False, raise_on_no_answer=False)
+                for rdtype in self._types
+            ]
         except dns.resolver.NXDOMAIN:
-            found, ttls = [], []
+            answers = []
         except dns.exception.DNSException as exc:
             raise self._failure(host, exc) from exc
-        addresses = _normalise(found)
-        self.cache.put(name, addresses, min(ttls) if ttls else None)
-        return addresses
+        return self._finish(name, answers)
 
 
 class AsyncDNSResolver(_DNSBase):
@@ -258,34 +261,22 @@ class AsyncDNSResolver(_DNSBase):
         self._resolver = self._configure(dns.asyncresolver.Resolver(configure=nameservers is None))
 
     async def aresolve(self, host: str) -> Addresses:
-        literal = _literal(host)
-        if literal is not None:
-            return literal
-        name = _check_name(host)
-        cached = self.cache.get(name)
-        if cached is not None:
-            return cached
+        name, known = self._begin(host)
+        if known is not None:
+            return known
         import dns.exception
         import dns.resolver
 
-        found: list[str] = []
-        ttls: list[float] = []
         try:
-            for rdtype in self._types:
-                answer = await self._resolver.resolve(
-                    name, rdtype, search=False, raise_on_no_answer=False
-                )
-                values, ttl = _answer(answer)
-                found += values
-                if ttl is not None:
-                    ttls.append(ttl)
+            answers = [
+                await self._resolver.resolve(name, rdtype, search=False, raise_on_no_answer=False)
+                for rdtype in self._types
+            ]
         except dns.resolver.NXDOMAIN:
-            found, ttls = [], []
+            answers = []
         except dns.exception.DNSException as exc:
             raise self._failure(host, exc) from exc
-        addresses = _normalise(found)
-        self.cache.put(name, addresses, min(ttls) if ttls else None)
-        return addresses
+        return self._finish(name, answers)
 
 
 _DNS_PARAMS: dict[str, type] = {
@@ -324,10 +315,7 @@ def open_resolver(
                 f"resolver spec {spec!r}: unknown parameter {key!r} "
                 f"(allowed: {', '.join(sorted(_DNS_PARAMS))})"
             )
-        try:
-            options[key] = kind(value)
-        except ValueError:
-            raise ConfigError(f"resolver spec {spec!r}: {key}={value!r} is not a number") from None
+        options[key] = cast_param(kind, key, value, spec, what="resolver spec")
     if scheme == "system":
         return DNSResolver(None, **options)
     parts = urlsplit(f"dns:{location}")

@@ -27,6 +27,7 @@ __all__ = [
     "SeenStore",
     "StoreSpec",
     "StoreStats",
+    "cast_param",
     "open_seen",
     "parse_spec",
     "register_backend",
@@ -152,7 +153,9 @@ def parse_spec(spec: str) -> StoreSpec:
     return StoreSpec(spec, backend.lower(), location, params)
 
 
-def _cast(kind: type, key: str, value: str, spec: str) -> Any:
+def cast_param(kind: type, key: str, value: str, spec: str, *, what: str = "store spec") -> Any:
+    """A spec's ``key=value`` parameter as ``kind`` (bool, int, float or str), or a
+    :class:`ConfigError` naming the spec (``what``: the kind of spec, for the message)."""
     try:
         if kind is bool:
             lowered = value.lower()
@@ -166,7 +169,7 @@ def _cast(kind: type, key: str, value: str, spec: str) -> Any:
         return kind(value)
     except ValueError:
         raise ConfigError(
-            f"store spec {spec!r}: parameter {key}={value!r} is not a valid {kind.__name__}"
+            f"{what} {spec!r}: parameter {key}={value!r} is not a valid {kind.__name__}"
         ) from None
 
 
@@ -287,6 +290,6 @@ def open_seen(spec: str, *, profile: Profile | None = None, **overrides: Any) ->
                 f"store spec {spec!r}: unknown parameter {key!r} for {parsed.backend} "
                 f"(allowed: {allowed}, profile)"
             )
-        kwargs[key] = _cast(kind, key, value, spec)
+        kwargs[key] = cast_param(kind, key, value, spec)
     kwargs.update(overrides)
     return backend.opener()(parsed.location, profile=profile or FILTER, **kwargs)
