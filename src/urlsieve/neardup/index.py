@@ -45,6 +45,7 @@ import numpy.typing as npt
 
 from urlsieve.exceptions import ConfigError, StoreClosed, StoreCorrupt
 from urlsieve.seen._files import os_error
+from urlsieve.seen._mapped import bit_counts
 from urlsieve.seen.base import ClosingStore, cast_param, parse_spec
 
 __all__ = ["FileIndex", "MemoryIndex", "NearDupIndex", "ValkeyIndex", "open_index"]
@@ -247,11 +248,11 @@ class _Tables:
         if not which:
             return [[] for _ in queries]
         qi, di = np.concatenate(which), np.concatenate(docs)
-        distance = _popcount(fps[di] ^ q[qi])
+        distance = bit_counts(fps[di] ^ q[qi])
         keep = distance <= k
         pair = np.unique(qi[keep].astype(np.int64) * len(fps) + di[keep])  # one per (query, doc)
         qi, di = pair // len(fps), pair % len(fps)
-        distance = _popcount(fps[di] ^ q[qi])
+        distance = bit_counts(fps[di] ^ q[qi])
         out: list[list[Match]] = [[] for _ in queries]
         keys = self._keys
         for query, doc, dist in zip(qi.tolist(), di.tolist(), distance.tolist(), strict=True):
@@ -270,15 +271,6 @@ class _Sorted(NamedTuple):
     values: U64
     order: npt.NDArray[np.intp]
     starts: npt.NDArray[np.intp] | None
-
-
-def _popcount(words: U64) -> npt.NDArray[np.integer]:
-    if hasattr(np, "bitwise_count"):  # numpy 2
-        counts: npt.NDArray[np.integer] = np.bitwise_count(words)
-        return counts
-    as_bytes = np.unpackbits(words.view(np.uint8).reshape(*words.shape, 8), axis=-1)
-    summed: npt.NDArray[np.integer] = as_bytes.sum(axis=-1)
-    return summed
 
 
 def _order(match: Match) -> tuple[int, str]:

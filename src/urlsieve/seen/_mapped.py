@@ -61,6 +61,7 @@ __all__ = [
     "HEADER_SIZE",
     "VERIFY_ON_OPEN_BYTES",
     "MappedStore",
+    "bit_counts",
     "popcount",
     "rank_in_groups",
 ]
@@ -472,11 +473,19 @@ class MappedStore(ClosingStore):
         return f"<{type(self).__name__} {self._path!r} {self._profile.ident}{mode}>"
 
 
+def bit_counts(words: U64) -> npt.NDArray[np.integer]:
+    """The number of set bits of each 64-bit word, in the shape of ``words``."""
+    if hasattr(np, "bitwise_count"):  # numpy 2
+        counts: npt.NDArray[np.integer] = np.bitwise_count(words)
+        return counts
+    as_bytes = np.unpackbits(words.view(np.uint8).reshape(*words.shape, 8), axis=-1)
+    summed: npt.NDArray[np.integer] = as_bytes.sum(axis=-1)
+    return summed
+
+
 def popcount(words: U64) -> int:
     """The number of set bits in ``words``."""
-    if hasattr(np, "bitwise_count"):  # numpy 2
-        return int(np.bitwise_count(words).sum(dtype=np.uint64))
-    return int(np.unpackbits(words.view(np.uint8)).sum(dtype=np.uint64))
+    return int(bit_counts(words).sum(dtype=np.uint64))
 
 
 def rank_in_groups(values: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:

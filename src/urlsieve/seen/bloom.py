@@ -58,6 +58,7 @@ from urlsieve.seen._mapped import (
     U64,
     W_NLAYERS,
     MappedStore,
+    bit_counts,
     popcount,
     reserve,
 )
@@ -555,22 +556,13 @@ class BloomStore(MappedStore):
             )
 
 
-def _popcount(words: U64) -> npt.NDArray[np.integer]:
-    if hasattr(np, "bitwise_count"):
-        counts: npt.NDArray[np.integer] = np.bitwise_count(words)
-        return counts
-    as_bytes = np.unpackbits(words.view(np.uint8).reshape(*words.shape, 8), axis=-1)
-    summed: npt.NDArray[np.integer] = as_bytes.sum(axis=-1)
-    return summed
-
-
 def _measure(layer: _Layer) -> tuple[int, float]:
     """(set bits, false-positive rate measured from the bits) of one layer."""
     ones = 0
     rate = 0.0
     step = 1 << 18
     for start in range(0, layer.blocks, step):
-        pop = _popcount(layer.bits[start : start + step]).astype(np.float64)
+        pop = bit_counts(layer.bits[start : start + step]).astype(np.float64)
         ones += int(pop.sum())
         rate += float(np.prod((pop / WORD_BITS) ** layer.t, axis=1).sum())
     return ones, rate / layer.blocks
