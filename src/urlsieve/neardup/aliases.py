@@ -181,10 +181,11 @@ class MirrorDetector:
         self.min_ratio = min_ratio
         self.index = index
         self.profile = profile
-        self._pages: dict[tuple[str, str], int] = {}  # (host, location) -> SimHash
+        self._pages: dict[str, dict[str, int]] = {}  # host -> location -> SimHash
         self._hosts_at: dict[str, set[str]] = {}  # location -> hosts with a page there
         self._pairs: dict[tuple[str, str], AliasDecision] = {}
         self._partners: dict[str, set[str]] = {}
+        self._scanned: set[tuple[str, str]] = set()  # candidate pairs compared in full once
         self._order: dict[str, int] = {}  # host -> first time seen, to choose alias targets
         self.aliases: dict[str, str] = {}  # confirmed: host -> the host it is an alias of
 
@@ -207,11 +208,16 @@ class MirrorDetector:
             self._seen_host(other)
             self._seen_host(host)
             decision = self._pair(host, other)
+            key = (decision.host, decision.other)
+            if key in self._scanned:  # later pages are compared as they are observed
+                return
+            self._scanned.add(key)
             for location in self._common_locations(host, other):
                 self._compare(decision, host, other, location)
 
     def _common_locations(self, a: str, b: str) -> list[str]:
-        return [loc for (h, loc) in self._pages if h == a and (b, loc) in self._pages]
+        mine, theirs = self._pages.get(a, {}), self._pages.get(b, {})
+        return [location for location in mine if location in theirs]
 
     def alias_of(self, host: str) -> str | None:
         """The host ``host`` is a confirmed alias of (following chains), or None."""
@@ -236,7 +242,7 @@ class MirrorDetector:
         host, location = _split(parsed)
         self._seen_host(host)
         simhash &= (1 << 64) - 1
-        self._pages[(host, location)] = simhash
+        self._pages.setdefault(host, {})[location] = simhash
         self._hosts_at.setdefault(location, set()).add(host)
         others = set(self._partners.get(host, ()))
         if self.index is not None:
@@ -258,7 +264,8 @@ class MirrorDetector:
     def _compare(
         self, decision: AliasDecision, host: str, other: str, location: str
     ) -> PagePair | None:
-        mine, theirs = self._pages.get((host, location)), self._pages.get((other, location))
+        mine = self._pages.get(host, {}).get(location)
+        theirs = self._pages.get(other, {}).get(location)
         if mine is None or theirs is None:
             return None
         pair = PagePair(f"{host}{location}", f"{other}{location}", (mine ^ theirs).bit_count())
@@ -308,9 +315,8 @@ class MirrorDetector:
         for target in [h for h, t in self.aliases.items() if t == host]:
             del self.aliases[target]
         self.aliases.pop(host, None)
-        for key in [k for k in self._pages if k[0] == host]:
-            del self._pages[key]
-            self._hosts_at.get(key[1], set()).discard(host)
+        for location in self._pages.pop(host, {}):
+            self._hosts_at.get(location, set()).discard(host)
 
 
 @dataclass(frozen=True)
