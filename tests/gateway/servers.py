@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.needs import missing, system_binary
 
 RUNTIME_PACKAGES = ("urlsieve", "xxhash", "idna", "publicsuffixlist")
 SQUID_USER = "proxy"
@@ -44,13 +44,10 @@ def free_port() -> int:
 
 def squid_binary() -> str:
     """The squid binary; in CI (``CI=true``) a missing squid fails, locally it skips."""
-    found = shutil.which("squid") or shutil.which("squid", path="/usr/sbin:/usr/local/sbin")
-    if found:
-        return found
-    hint = "install it with `apt-get install squid` (.ci/run does)"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"squid is not installed but CI=true: {hint}")
-    pytest.skip(f"squid is not installed: {hint}")
+    found = system_binary("squid")
+    if found is None:
+        missing("squid is not installed: install it with `apt-get install squid` (.ci/run does)")
+    return found
 
 
 # -- origin ------------------------------------------------------------------------------

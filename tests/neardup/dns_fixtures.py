@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import getpass
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -25,19 +24,27 @@ from pathlib import Path
 
 import pytest
 
+from tests.needs import missing, system_binary
+
 INSTALL_HINT = "no dnsmasq binary: apt-get install dnsmasq-base (or set URLSIEVE_DNSMASQ)"
 GENERATION = "generation.urlsieve.test"  # answers 127.0.9.<n> after the n-th set_hosts
 
 
 def dnsmasq_binary() -> str:
-    binary = os.environ.get("URLSIEVE_DNSMASQ") or shutil.which("dnsmasq")
-    if binary is None and Path("/usr/sbin/dnsmasq").exists():
-        binary = "/usr/sbin/dnsmasq"
+    binary = os.environ.get("URLSIEVE_DNSMASQ") or system_binary("dnsmasq")
     if binary is None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(INSTALL_HINT)
-        pytest.skip(INSTALL_HINT)
+        missing(INSTALL_HINT)
     return binary
+
+
+class ManualClock:
+    """A clock the test moves (``clock.now += 2``), for resolvers' TTLs."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def free_udp_and_tcp_port() -> int:

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from tests.neardup.dns_fixtures import DnsServer
+from tests.neardup.dns_fixtures import DnsServer, ManualClock
 from urlsieve.exceptions import InvalidURL, ResolveError
 from urlsieve.fingerprint import signature
 from urlsieve.neardup import (
@@ -24,14 +24,6 @@ from urlsieve.neardup import (
     url_ids,
 )
 from urlsieve.url import CRAWLER, parse_url
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_url_ids_name_and_ip_forms() -> None:
@@ -123,7 +115,7 @@ def test_the_seed_rules_and_confirmation_by_content(dns_server: DnsServer) -> No
 
 def test_a_name_whose_address_changes(dns_server: DnsServer) -> None:
     dns_server.set_hosts({"www.site.test": "127.0.0.1", "mirror.site.test": "127.0.0.1"})
-    clock = Clock()
+    clock = ManualClock()
     resolver = DNSResolver(["127.0.0.1"], port=dns_server.port, clock=clock)
     tracker = AliasTracker(resolver, detector=MirrorDetector(min_pairs=2))
     for i in range(4):

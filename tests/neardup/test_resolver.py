@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.neardup.dns_fixtures import DnsServer
+from tests.neardup.dns_fixtures import DnsServer, ManualClock
 from urlsieve.exceptions import ConfigError, ResolveError
 from urlsieve.neardup import (
     AsyncDNSResolver,
@@ -19,14 +19,6 @@ from urlsieve.neardup import (
     StaticResolver,
     open_resolver,
 )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_static_resolver() -> None:
@@ -78,7 +70,7 @@ def test_dns_failures_are_resolve_errors(dns_server: DnsServer) -> None:
 
 def test_answers_are_cached_for_their_ttl(dns_server: DnsServer) -> None:
     dns_server.set_hosts({"moving.site.test": "127.0.0.1"})
-    clock = Clock()
+    clock = ManualClock(1000.0)
     r = DNSResolver(["127.0.0.1"], port=dns_server.port, clock=clock, negative_ttl=30)
     assert r.resolve("moving.site.test") == ("127.0.0.1",)
     assert r.resolve("gone.site.test") == ()
@@ -94,7 +86,7 @@ def test_answers_are_cached_for_their_ttl(dns_server: DnsServer) -> None:
 
 def test_min_ttl_and_a_bounded_cache(dns_server: DnsServer) -> None:
     dns_server.set_hosts({f"h{i}.site.test": f"127.0.1.{i}" for i in range(10)})
-    clock = Clock()
+    clock = ManualClock(1000.0)
     r = DNSResolver(["127.0.0.1"], port=dns_server.port, clock=clock, min_ttl=60, max_entries=4)
     for i in range(10):
         assert r.resolve(f"h{i}.site.test") == (f"127.0.1.{i}",)

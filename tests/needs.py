@@ -1,0 +1,28 @@
+"""What a test needs from the machine: a missing server binary skips the test locally and
+fails it under ``CI=true``, where ``.ci/run`` installs every one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import NoReturn
+
+import pytest
+
+__all__ = ["in_ci", "missing", "system_binary"]
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def missing(reason: str) -> NoReturn:
+    """Skip (locally) or fail (in CI) because something the test needs is not installed."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: .ci/run should have installed it)")
+    pytest.skip(reason)
+
+
+def system_binary(name: str) -> str | None:
+    """``name`` on PATH, or in the sbin directories a non-root PATH often lacks."""
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/local/sbin")
