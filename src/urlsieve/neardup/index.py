@@ -46,7 +46,7 @@ import numpy.typing as npt
 from urlsieve.exceptions import ConfigError, StoreClosed, StoreCorrupt
 from urlsieve.seen._files import os_error
 from urlsieve.seen._mapped import bit_counts
-from urlsieve.seen.base import ClosingStore, cast_param, parse_spec
+from urlsieve.seen.base import ClosingStore, cast_params, parse_spec
 
 __all__ = ["FileIndex", "MemoryIndex", "NearDupIndex", "ValkeyIndex", "open_index"]
 
@@ -659,15 +659,8 @@ def open_index(spec: str, **overrides: Any) -> MemoryIndex | FileIndex | ValkeyI
             f"near-duplicate index spec {spec!r}: unknown backend {backend!r} "
             f"(memory, file, {', '.join(_SERVER_SCHEMES)})"
         )
-    options: dict[str, Any] = {}
-    for key, value in parsed.params.items():
-        kind = allowed.get(key)
-        if kind is None:
-            raise ConfigError(
-                f"near-duplicate index spec {spec!r}: unknown parameter {key!r} for {backend} "
-                f"(allowed: {', '.join(sorted(allowed))})"
-            )
-        options[key] = cast_param(kind, key, value, spec, what="near-duplicate index spec")
+    what = "near-duplicate index spec"
+    options = cast_params(parsed.params.items(), allowed, spec, what=what, backend=backend)
     options.update(overrides)
     if backend == "memory":
         return MemoryIndex(**options)

@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, urlsplit
 
 from urlsieve.exceptions import ConfigError, ResolveError
-from urlsieve.seen.base import cast_param
+from urlsieve.seen.base import cast_params
 
 __all__ = [
     "AsyncDNSResolver",
@@ -307,15 +307,8 @@ def open_resolver(
     if scheme not in ("system", "dns"):
         raise ConfigError(f"resolver spec {spec!r}: unknown kind {scheme!r} (system, dns, static)")
     location, _, query = rest.partition("?")
-    options: dict[str, Any] = {}
-    for key, value in parse_qsl(query, keep_blank_values=True):
-        kind = _DNS_PARAMS.get(key)
-        if kind is None:
-            raise ConfigError(
-                f"resolver spec {spec!r}: unknown parameter {key!r} "
-                f"(allowed: {', '.join(sorted(_DNS_PARAMS))})"
-            )
-        options[key] = cast_param(kind, key, value, spec, what="resolver spec")
+    pairs = parse_qsl(query, keep_blank_values=True)
+    options = cast_params(pairs, _DNS_PARAMS, spec, what="resolver spec", backend=scheme)
     if scheme == "system":
         return DNSResolver(None, **options)
     parts = urlsplit(f"dns:{location}")

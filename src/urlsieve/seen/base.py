@@ -28,6 +28,7 @@ __all__ = [
     "StoreSpec",
     "StoreStats",
     "cast_param",
+    "cast_params",
     "open_seen",
     "parse_spec",
     "register_backend",
@@ -171,6 +172,28 @@ def cast_param(kind: type, key: str, value: str, spec: str, *, what: str = "stor
         raise ConfigError(
             f"{what} {spec!r}: parameter {key}={value!r} is not a valid {kind.__name__}"
         ) from None
+
+
+def cast_params(
+    pairs: Iterable[tuple[str, str]],
+    allowed: Mapping[str, type],
+    spec: str,
+    *,
+    what: str,
+    backend: str,
+) -> dict[str, Any]:
+    """Every ``key=value`` of a spec as its declared type; an undeclared key is a
+    :class:`ConfigError` listing the allowed ones."""
+    options: dict[str, Any] = {}
+    for key, value in pairs:
+        kind = allowed.get(key)
+        if kind is None:
+            raise ConfigError(
+                f"{what} {spec!r}: unknown parameter {key!r} for {backend} "
+                f"(allowed: {', '.join(sorted(allowed))})"
+            )
+        options[key] = cast_param(kind, key, value, spec, what=what)
+    return options
 
 
 Opener = Callable[..., SeenStore]
