@@ -298,15 +298,12 @@ class MirrorMiddleware:
         if fp == EMPTY:
             return response
         try:
-            url = parse_url(response.url, self.tracker.base_profile).canonical
+            page = parse_url(response.url, self.tracker.base_profile)
         except InvalidURL:
             return response
-        k = self.tracker.detector.distance
-        near = [key for key, _ in self.shared.index.query(fp, k) if key != url]
-        try:
-            self.tracker.observe(response.url, fp)  # adds the page to the index
-        except InvalidURL:
-            return response
+        hits = self.shared.index.query(fp, self.tracker.detector.distance)
+        near = [key for key, _ in hits if key != page.canonical]
+        self.tracker.detector.observe(page, fp, hits=hits)  # adds the page to the index
         if near and self.drop:
             _inc(self.crawler, "urlsieve/near_duplicates")
             raise IgnoreRequest(f"{response.url} is a near duplicate of {near[0]}")

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -236,8 +236,14 @@ class MirrorDetector:
         return list(self._pairs.values())
 
     # ------------------------------------------------------------ observation
-    def observe(self, url: str | URL, simhash: int) -> list[PagePair]:
-        """A fetched page and its SimHash; returns its near duplicates at the same location."""
+    def observe(
+        self, url: str | URL, simhash: int, *, hits: Sequence[tuple[str, int]] | None = None
+    ) -> list[PagePair]:
+        """A fetched page and its SimHash; returns its near duplicates at the same location.
+
+        ``hits``: what the index answered for ``simhash`` before this page was added,
+        when the caller already asked it (it is not asked again).
+        """
         parsed = url if isinstance(url, URL) else parse_url(url, self.profile)
         host, location = _split(parsed)
         self._seen_host(host)
@@ -246,7 +252,9 @@ class MirrorDetector:
         self._hosts_at.setdefault(location, set()).add(host)
         others = set(self._partners.get(host, ()))
         if self.index is not None:
-            for key, _ in self.index.query(simhash, self.distance):
+            if hits is None:
+                hits = self.index.query(simhash, self.distance)
+            for key, _ in hits:
                 try:
                     other_host, other_location = _split(parse_url(key, self.profile))
                 except ValueError:
@@ -429,9 +437,6 @@ class AliasTracker:
     def observe(self, url: str, simhash: int) -> list[PagePair]:
         """A fetched page's SimHash, for mirror confirmation (:meth:`MirrorDetector.observe`)."""
         return self.detector.observe(parse_url(url, self.base_profile), simhash)
-
-    def seen_many(self, urls: Iterable[str]) -> list[Sighting]:
-        return [self.see(u) for u in urls]
 
     def close(self) -> None:
         self.names.close()
