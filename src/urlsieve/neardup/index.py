@@ -141,6 +141,14 @@ def _check_k(k: int) -> int:
     return k
 
 
+def _query_distance(k: int | None, limit: int) -> int:
+    """The distance a query asks for: the index's ``k`` by default, never more."""
+    k = limit if k is None else k
+    if not 0 <= k <= limit:
+        raise ValueError(f"query distance {k} is outside 0..{limit} (the index's k)")
+    return k
+
+
 def _encode_key(key: str) -> bytes:
     data = key.encode("utf-8", "surrogatepass")
     if len(data) > MAX_KEY:
@@ -177,10 +185,7 @@ class _Tables:
                 bucket.append(doc)
 
     def _distance(self, k: int | None) -> int:
-        k = self.k if k is None else k
-        if not 0 <= k <= self.k:
-            raise ValueError(f"query distance {k} is outside 0..{self.k} (the index's k)")
-        return k
+        return _query_distance(k, self.k)
 
     def _lookup(self, fp: int, k: int) -> list[Match]:
         fp &= MASK64
@@ -594,9 +599,7 @@ class ValkeyIndex(ClosingStore):
 
     def query_many(self, fps: Sequence[int], k: int | None = None) -> list[list[Match]]:
         self._live()
-        k = self.k if k is None else k
-        if not 0 <= k <= self.k:
-            raise ValueError(f"query distance {k} is outside 0..{self.k} (the index's k)")
+        k = _query_distance(k, self.k)
         values = [int(fp) & MASK64 for fp in fps]
         tables = len(self.layout.tables)
         cmds = []
