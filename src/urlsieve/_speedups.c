@@ -24,6 +24,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifdef URLSIEVE_XXHASH
+/* xxHash (BSD-2-Clause), header-only: the hash of the snapshot tables and of the seen
+   stores' fingerprints, the same function as the xxhash package on the Python side. */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+#endif
+
 enum { HOST = 1, SEG_FIRST = 2, SEG_REST = 4, QUERY = 8 };
 static unsigned char cls[128];
 
@@ -112,9 +119,99 @@ is_hostname(const unsigned char *s, Py_ssize_t n)
     return label < n && s[label] >= 'a' && s[label] <= 'z';
 }
 
+/* Where scan_canonical found the parts of a canonical URL in s[0:n]. */
+typedef struct {
+    int has_scheme, has_path;
+    Py_ssize_t host_start, host_end, path_end, query_start; /* query_start: -1 without "?" */
+    int is_ip;
+} spans;
+
+/* 1 when s[0:n] (or "http://" + it) is already canonical, filling *sp; 0 otherwise. */
+static int
+scan_canonical(const unsigned char *s, Py_ssize_t n, int allow_query, spans *sp)
+{
+    Py_ssize_t i;
+    sp->has_scheme = 1;
+    if (n >= 7 && memcmp(s, "http://", 7) == 0) i = 7;
+    else if (n >= 8 && memcmp(s, "https://", 8) == 0) i = 8;
+    else if (n >= 6 && memcmp(s, "ftp://", 6) == 0) i = 6;
+    else if (n >= 5 && memcmp(s, "ws://", 5) == 0) i = 5;
+    else if (n >= 6 && memcmp(s, "wss://", 6) == 0) i = 6;
+    else {
+        /* Only a string with no "://" at all is read as http:// + itself. */
+        for (Py_ssize_t j = 0; j + 2 < n; j++) {
+            if (s[j] == ':' && s[j + 1] == '/' && s[j + 2] == '/') return 0;
+        }
+        sp->has_scheme = 0;
+        i = 0;
+    }
+
+    sp->host_start = i;
+    while (i < n && s[i] < 128 && (cls[s[i]] & HOST)) i++;
+    sp->host_end = i;
+    if (sp->host_end == sp->host_start) return 0;
+    sp->is_ip = is_ipv4(s + sp->host_start, sp->host_end - sp->host_start);
+    if (!sp->is_ip && !is_hostname(s + sp->host_start, sp->host_end - sp->host_start)) return 0;
+
+    sp->has_path = 0;
+    if (i < n && s[i] == '/') {
+        sp->has_path = 1;
+        i++;
+        while (i < n && s[i] != '?') {
+            /* one segment: a first unit, then any number of units */
+            Py_ssize_t e;
+            if (s[i] < 128 && (cls[s[i]] & SEG_FIRST)) i++;
+            else if ((e = esc_len(s, i, n)) != 0) i += e;
+            else return 0;
+            while (i < n) {
+                if (s[i] < 128 && (cls[s[i]] & SEG_REST)) i++;
+                else if ((e = esc_len(s, i, n)) != 0) i += e;
+                else break;
+            }
+            if (i == n || s[i] == '?') break;
+            if (s[i] != '/') return 0;
+            i++; /* a "/" ends the segment; a trailing one ends the path */
+        }
+    }
+    sp->path_end = i;
+    sp->query_start = -1;
+    if (i < n) {
+        if (s[i] != '?' || !allow_query) return 0;
+        i++;
+        sp->query_start = i;
+        while (i < n) {
+            Py_ssize_t e;
+            if (s[i] < 128 && (cls[s[i]] & QUERY)) i++;
+            else if ((e = esc_len(s, i, n)) != 0) i += e;
+            else return 0;
+        }
+    }
+    return 1;
+}
+
+/* The canonical string of an ASCII `url` scan_canonical accepted (a new reference). */
+static PyObject *
+canonical_of(PyObject *url, const spans *sp)
+{
+    if (sp->has_scheme && sp->has_path) return Py_NewRef(url);
+    const unsigned char *s = PyUnicode_1BYTE_DATA(url);
+    const Py_ssize_t n = PyUnicode_GET_LENGTH(url);
+    const Py_ssize_t prefix = sp->has_scheme ? 0 : 7, slash = sp->has_path ? 0 : 1;
+    const Py_ssize_t host_end = sp->host_end;
+    PyObject *out = PyUnicode_New(n + prefix + slash, 127);
+    if (out == NULL) return NULL;
+    unsigned char *o = PyUnicode_1BYTE_DATA(out);
+    if (prefix) memcpy(o, "http://", 7);
+    memcpy(o + prefix, s, (size_t)host_end);
+    if (slash) o[prefix + host_end] = '/';
+    memcpy(o + prefix + host_end + slash, s + host_end, (size_t)(n - host_end));
+    return out;
+}
+
 static PyObject *
 fast_canonical(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
+    (void)module;
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "fast_canonical(url, allow_query) takes 2 arguments");
         return NULL;
@@ -130,72 +227,9 @@ fast_canonical(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
     const unsigned char *s = PyUnicode_1BYTE_DATA(url);
     const Py_ssize_t n = PyUnicode_GET_LENGTH(url);
-    Py_ssize_t i;
-    int has_scheme = 1;
-    if (n >= 7 && memcmp(s, "http://", 7) == 0) i = 7;
-    else if (n >= 8 && memcmp(s, "https://", 8) == 0) i = 8;
-    else if (n >= 6 && memcmp(s, "ftp://", 6) == 0) i = 6;
-    else if (n >= 5 && memcmp(s, "ws://", 5) == 0) i = 5;
-    else if (n >= 6 && memcmp(s, "wss://", 6) == 0) i = 6;
-    else {
-        /* Only a string with no "://" at all is read as http:// + itself. */
-        for (Py_ssize_t j = 0; j + 2 < n; j++) {
-            if (s[j] == ':' && s[j + 1] == '/' && s[j + 2] == '/') Py_RETURN_NONE;
-        }
-        has_scheme = 0;
-        i = 0;
-    }
-
-    const Py_ssize_t host_start = i;
-    while (i < n && (cls[s[i]] & HOST)) i++;
-    const Py_ssize_t host_end = i;
-    if (host_end == host_start) Py_RETURN_NONE;
-    if (!is_ipv4(s + host_start, host_end - host_start)
-        && !is_hostname(s + host_start, host_end - host_start)) {
-        Py_RETURN_NONE;
-    }
-
-    int has_path = 0;
-    if (i < n && s[i] == '/') {
-        has_path = 1;
-        i++;
-        while (i < n && s[i] != '?') {
-            /* one segment: a first unit, then any number of units */
-            Py_ssize_t e;
-            if (cls[s[i]] & SEG_FIRST) i++;
-            else if ((e = esc_len(s, i, n)) != 0) i += e;
-            else Py_RETURN_NONE;
-            while (i < n) {
-                if (cls[s[i]] & SEG_REST) i++;
-                else if ((e = esc_len(s, i, n)) != 0) i += e;
-                else break;
-            }
-            if (i == n || s[i] == '?') break;
-            if (s[i] != '/') Py_RETURN_NONE;
-            i++; /* a "/" ends the segment; a trailing one ends the path */
-        }
-    }
-    if (i < n) {
-        if (s[i] != '?' || !allow_query) Py_RETURN_NONE;
-        i++;
-        while (i < n) {
-            Py_ssize_t e;
-            if (cls[s[i]] & QUERY) i++;
-            else if ((e = esc_len(s, i, n)) != 0) i += e;
-            else Py_RETURN_NONE;
-        }
-    }
-
-    if (has_scheme && has_path) return Py_NewRef(url);
-    const Py_ssize_t prefix = has_scheme ? 0 : 7, slash = has_path ? 0 : 1;
-    PyObject *out = PyUnicode_New(n + prefix + slash, 127);
-    if (out == NULL) return NULL;
-    unsigned char *o = PyUnicode_1BYTE_DATA(out);
-    if (prefix) memcpy(o, "http://", 7);
-    memcpy(o + prefix, s, (size_t)host_end);
-    if (slash) o[prefix + host_end] = '/';
-    memcpy(o + prefix + host_end + slash, s + host_end, (size_t)(n - host_end));
-    return out;
+    spans sp;
+    if (!scan_canonical(s, n, allow_query, &sp)) Py_RETURN_NONE;
+    return canonical_of(url, &sp);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -332,6 +366,449 @@ bloom_set(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+#ifdef URLSIEVE_XXHASH
+/* ---------------------------------------------------------------------------------------
+ * The compiled rule format's batch lookup (urlsieve/match/snapshot.py; the reference is
+ * SnapshotMatcher._best, which the tests hold this equal to). Per URL on the canonical
+ * fast path: the id of the deciding rule, -1 when none matches; -2 for a URL off the fast
+ * path (the caller parses it). Every offset read from the image is checked against the
+ * image, so a damaged or hostile image gives wrong answers at worst, never a bad read.
+ */
+
+enum { F_ALLOW = 1, F_EXACT_HOST = 2, F_ANCHORED = 4, F_IP = 8 };
+#define QUERY_BIT (UINT64_C(1) << 63)
+#define DEEP_BIT 62
+#define COUNT_BITS 16
+#define MAX_URL 65536
+
+typedef struct {
+    const unsigned char *base;
+    Py_ssize_t size;
+    const uint64_t *hosts, *exprs;
+    uint64_t host_mask, expr_mask;
+    const uint32_t *postings;
+    uint64_t n_postings;
+    const unsigned char *rules;
+    uint64_t n_rules;
+    const unsigned char *strings;
+    uint64_t strings_len;
+    uint64_t host_depths;
+    const unsigned char *mask;
+    Py_ssize_t mask_len;
+} image;
+
+static inline uint64_t
+h64(const unsigned char *p, size_t n)
+{
+    uint64_t h = XXH3_64bits(p, n);
+    return h ? h : 1;
+}
+
+static uint64_t
+probe(const uint64_t *table, uint64_t mask, uint64_t key)
+{
+    uint64_t i = key & mask;
+    for (uint64_t tries = 0; tries <= mask; tries++) {
+        uint64_t slot = table[2 * i];
+        if (slot == key) return table[2 * i + 1];
+        if (slot == 0) return 0;
+        i = (i + 1) & mask;
+    }
+    return 0;
+}
+
+static inline uint32_t
+rd32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline uint16_t
+rd16(const unsigned char *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* The rank of rule `id` if it matches expression e[0:elen] at this level, else -1. */
+static int64_t
+candidate(const image *im, uint64_t id, const unsigned char *e, size_t elen, int exact_path,
+          int level)
+{
+    if (id >= im->n_rules) return -1;
+    const unsigned char *r = im->rules + 32 * id;
+    uint32_t off = rd32(r), n_pat = rd32(r + 4), n_host = rd32(r + 8), n_path = rd32(r + 12);
+    int32_t n_query = (int32_t)rd32(r + 16);
+    uint16_t category = rd16(r + 28), flags = rd16(r + 30);
+    if ((flags & (F_EXACT_HOST | F_IP)) && level) return -1;
+    int anchored = (flags & F_ANCHORED) != 0;
+    if (anchored && !exact_path) return -1;
+    if (im->mask != NULL && (category >= im->mask_len || !im->mask[category])) return -1;
+    uint64_t hp = (uint64_t)n_host + n_path;
+    uint64_t stored_len = hp + (n_query > 0 ? (uint64_t)n_query : 0);
+    uint64_t start = (uint64_t)off + n_pat;
+    if (start > im->strings_len || stored_len > im->strings_len - start) return -1;
+    const unsigned char *st = im->strings + start;
+    int ok;
+    if (n_query >= 0) {
+        ok = elen == hp + 1 + (uint64_t)n_query && memcmp(e, st, hp) == 0 && e[hp] == '?'
+             && memcmp(e + hp + 1, st + hp, (size_t)n_query) == 0;
+    } else if (elen == hp) {
+        ok = memcmp(e, st, hp) == 0;
+    } else { /* the "/ads" rule stored under "/ads/" */
+        ok = !anchored && elen == hp + 1 && memcmp(e, st, hp) == 0 && e[hp] == '/';
+    }
+    if (!ok) return -1;
+    uint64_t path_len = n_query < 0 ? n_path : (uint64_t)n_path + (uint64_t)n_query + 1;
+    if (path_len > 0x1FFFF) path_len = 0x1FFFF;
+    /* urlsieve.rules.model.rank_of */
+    return (int64_t)((uint64_t)n_host << 20 | path_len << 3 | (uint64_t)anchored << 2
+                     | (uint64_t)((flags & F_EXACT_HOST) != 0) << 1 | (flags & F_ALLOW));
+}
+
+static inline uint64_t
+depth_bit(Py_ssize_t depth)
+{
+    return UINT64_C(1) << (depth < DEEP_BIT ? depth : DEEP_BIT);
+}
+
+/* The rule deciding s[0:n], -1 for none, -2 off the fast path. buf: scratch of n bytes. */
+static int64_t
+match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans *spp,
+          unsigned char *buf)
+{
+    const spans sp = *spp;
+    /* buf = host + lower(path or "/") + ["?" + lower(query)]: every expression of a host
+       level is one slice of it. */
+    Py_ssize_t hl = sp.host_end - sp.host_start;
+    memcpy(buf, s + sp.host_start, (size_t)hl);
+    Py_ssize_t pl;
+    if (sp.has_path) {
+        pl = sp.path_end - sp.host_end;
+        for (Py_ssize_t k = 0; k < pl; k++) {
+            unsigned char c = s[sp.host_end + k];
+            buf[hl + k] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
+        }
+    } else {
+        pl = 1;
+        buf[hl] = '/';
+    }
+    const unsigned char *path = buf + hl;
+    Py_ssize_t ql = -1;
+    if (sp.query_start >= 0) {
+        ql = n - sp.query_start;
+        buf[hl + pl] = '?';
+        for (Py_ssize_t k = 0; k < ql; k++) {
+            unsigned char c = s[sp.query_start + k];
+            buf[hl + pl + 1 + k] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
+        }
+    }
+    /* path candidates: (end, bit, exact), most specific first */
+    Py_ssize_t slashes = 0;
+    for (Py_ssize_t k = 0; k < pl; k++) slashes += path[k] == '/';
+    Py_ssize_t labels = 1;
+    for (Py_ssize_t k = 0; k < hl; k++) labels += buf[k] == '.';
+
+    Py_ssize_t start = 0;
+    for (int level = 0;; level++) {
+        if (im->host_depths >> (labels < 63 ? labels : 63) & 1) {
+            const unsigned char *host = buf + start;
+            size_t host_len = (size_t)(hl - start);
+            uint64_t depths = probe(im->hosts, im->host_mask, h64(host, host_len));
+            if (depths) {
+                int64_t best_rank = -1, best_id = -1;
+                /* the query expression, the path, then each prefix ending at a "/" */
+                Py_ssize_t end = ql >= 0 ? -1 : pl, depth = 0, cut = -1;
+                uint64_t bit = ql >= 0 ? QUERY_BIT : depth_bit(slashes);
+                int exact_path = 1, stage = ql >= 0 ? 0 : 1;
+                for (;;) {
+                    if (depths & bit) {
+                        size_t elen = host_len + (size_t)(end < 0 ? pl + 1 + ql : end);
+                        uint64_t value = probe(im->exprs, im->expr_mask, h64(host, elen));
+                        if (value) {
+                            uint64_t first = value >> COUNT_BITS;
+                            uint64_t count = value & ((1u << COUNT_BITS) - 1);
+                            if (first <= im->n_postings && count <= im->n_postings - first) {
+                                for (uint64_t k = 0; k < count; k++) {
+                                    uint64_t id = im->postings[first + k];
+                                    int64_t rank =
+                                        candidate(im, id, host, elen, exact_path, level);
+                                    if (rank > best_rank) {
+                                        best_rank = rank;
+                                        best_id = (int64_t)id;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    /* next candidate */
+                    if (stage == 0) {
+                        stage = 1;
+                        end = pl;
+                        bit = depth_bit(slashes);
+                        continue;
+                    }
+                    if (stage == 1) {
+                        stage = 2;
+                        depth = path[pl - 1] == '/' ? slashes - 1 : slashes;
+                        cut = pl - 1;
+                    } else {
+                        depth--;
+                    }
+                    /* cut = rfind("/", 0, cut) */
+                    Py_ssize_t c = cut - 1;
+                    while (c >= 0 && path[c] != '/') c--;
+                    if (c < 0) break;
+                    cut = c;
+                    end = c + 1;
+                    bit = depth_bit(depth);
+                    exact_path = 0;
+                }
+                if (best_id >= 0) return best_id;
+            }
+        }
+        if (sp.is_ip) return -1;
+        /* the parent: after the next "." */
+        Py_ssize_t k = start;
+        while (k < hl && buf[k] != '.') k++;
+        if (k >= hl) return -1;
+        start = k + 1;
+        labels--;
+    }
+}
+
+static PyObject *
+snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "snapshot_match(image, layout, urls, mask, out[, canonical]) takes 5 "
+                        "or 6 arguments");
+        return NULL;
+    }
+    PyObject *layout = args[1], *urls = args[2], *mask_obj = args[3];
+    PyObject *canon = nargs == 6 && args[5] != Py_None ? args[5] : NULL;
+    if (canon != NULL
+        && (!PyList_Check(canon) || !PyList_Check(urls)
+            || PyList_GET_SIZE(canon) != PyList_GET_SIZE(urls))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "snapshot_match: canonical must be a list as long as urls");
+        return NULL;
+    }
+    if (!PyTuple_Check(layout) || PyTuple_GET_SIZE(layout) != 11) {
+        PyErr_SetString(PyExc_TypeError, "snapshot_match: layout must be a tuple of 11 ints");
+        return NULL;
+    }
+    if (!PyList_Check(urls)) {
+        PyErr_SetString(PyExc_TypeError, "snapshot_match: urls must be a list of str");
+        return NULL;
+    }
+    uint64_t v[11];
+    for (int k = 0; k < 11; k++) {
+        v[k] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(layout, k));
+        if (v[k] == (uint64_t)-1 && PyErr_Occurred()) return NULL;
+    }
+    Py_buffer img, out, mask = {0};
+    if (PyObject_GetBuffer(args[0], &img, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[4], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&img);
+        return NULL;
+    }
+    if (mask_obj != Py_None && PyObject_GetBuffer(mask_obj, &mask, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&img);
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    unsigned char *buf = NULL;
+    Py_ssize_t n_urls = PyList_GET_SIZE(urls);
+    uint64_t size = (uint64_t)img.len;
+    /* sections: (offset, bytes) inside the image, 8-byte aligned; tables powers of two */
+    uint64_t sect[5][2] = {{v[0], v[1] * 16}, {v[2], v[3] * 16}, {v[4], v[5] * 4},
+                           {v[6], v[7] * 32}, {v[8], v[9]}};
+    int bad = out.len != 8 * n_urls || v[1] == 0 || v[3] == 0 || (v[1] & (v[1] - 1))
+              || (v[3] & (v[3] - 1)) || v[1] > size || v[3] > size || v[5] > size
+              || v[7] > size;
+    for (int k = 0; !bad && k < 5; k++) {
+        bad = sect[k][0] % 8 || sect[k][0] > size || sect[k][1] > size - sect[k][0];
+    }
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError,
+                        "snapshot_match: the layout does not fit the image, or out is not "
+                        "one int64 per URL");
+        goto done;
+    }
+    image im = {
+        .base = img.buf, .size = img.len,
+        .hosts = (const uint64_t *)((const unsigned char *)img.buf + v[0]), .host_mask = v[1] - 1,
+        .exprs = (const uint64_t *)((const unsigned char *)img.buf + v[2]), .expr_mask = v[3] - 1,
+        .postings = (const uint32_t *)((const unsigned char *)img.buf + v[4]), .n_postings = v[5],
+        .rules = (const unsigned char *)img.buf + v[6], .n_rules = v[7],
+        .strings = (const unsigned char *)img.buf + v[8], .strings_len = v[9],
+        .host_depths = v[10],
+        .mask = mask.obj ? mask.buf : NULL, .mask_len = mask.obj ? mask.len : 0,
+    };
+    buf = PyMem_Malloc(MAX_URL + 16);
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *ids = out.buf;
+    for (Py_ssize_t k = 0; k < n_urls; k++) {
+        /* Dropping an old item of `canonical` may run Python code that resizes a list. */
+        if (k >= PyList_GET_SIZE(urls) || (canon != NULL && k >= PyList_GET_SIZE(canon))) {
+            PyErr_SetString(PyExc_RuntimeError, "snapshot_match: a list changed size");
+            goto done;
+        }
+        PyObject *url = PyList_GET_ITEM(urls, k);
+        if (!PyUnicode_Check(url)) {
+            PyErr_Format(PyExc_TypeError, "snapshot_match: urls[%zd] is %.100s, not str", k,
+                         Py_TYPE(url)->tp_name);
+            goto done;
+        }
+        Py_ssize_t n = PyUnicode_GET_LENGTH(url);
+        if (!PyUnicode_IS_ASCII(url) || n > MAX_URL - 8) {
+            ids[k] = -2;
+            continue;
+        }
+        const unsigned char *s = PyUnicode_1BYTE_DATA(url);
+        spans sp;
+        if (!scan_canonical(s, n, 1, &sp)) {
+            ids[k] = -2;
+            continue;
+        }
+        ids[k] = match_one(&im, s, n, &sp, buf);
+        if (canon != NULL) {
+            PyObject *form = canonical_of(url, &sp);
+            if (form == NULL) goto done;
+            PyObject *old = PyList_GET_ITEM(canon, k);
+            PyList_SET_ITEM(canon, k, form);
+            Py_DECREF(old);
+        }
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_Free(buf);
+    PyBuffer_Release(&img);
+    PyBuffer_Release(&out);
+    if (mask.obj) PyBuffer_Release(&mask);
+    return result;
+}
+#endif /* URLSIEVE_XXHASH */
+
+/* ---------------------------------------------------------------------------------------
+ * The Squid helper's line scan (urlsieve/gateway/squid.py; the reference is
+ * protocol.parse_request, which the tests hold this equal to on the lines it answers).
+ * Per request line (bytes, without its newline): the URL as str when the line has the
+ * plain form "[channel SP] URL [SP field ...]" with an ASCII URL the helper checks as it
+ * is, else None (the caller parses that line in Python: bad lines, CONNECT, authority
+ * forms, escaped URLs of the external ACL, non-ASCII bytes). out[k] is the channel ID
+ * (-1 without one). channels: 0 no IDs, 1 IDs required, 2 recognised.
+ */
+static PyObject *
+squid_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "squid_scan(lines, channels, escaped, out) takes 4 arguments");
+        return NULL;
+    }
+    PyObject *lines = args[0];
+    if (!PyList_Check(lines)) {
+        PyErr_SetString(PyExc_TypeError, "squid_scan: lines must be a list of bytes");
+        return NULL;
+    }
+    long channels = PyLong_AsLong(args[1]);
+    if (channels == -1 && PyErr_Occurred()) return NULL;
+    int escaped = PyObject_IsTrue(args[2]);
+    if (escaped < 0) return NULL;
+    Py_buffer out;
+    if (PyObject_GetBuffer(args[3], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(lines);
+    if (out.len != 8 * n || channels < 0 || channels > 2) {
+        PyBuffer_Release(&out);
+        PyErr_SetString(PyExc_ValueError,
+                        "squid_scan: out must hold one int64 per line; channels is 0, 1 or 2");
+        return NULL;
+    }
+    PyObject *result = PyList_New(n);
+    if (result == NULL) {
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    int64_t *chan = out.buf;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *item = PyList_GET_ITEM(lines, k);
+        chan[k] = -1;
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "squid_scan: lines[%zd] is %.100s, not bytes", k,
+                         Py_TYPE(item)->tp_name);
+            Py_DECREF(result);
+            PyBuffer_Release(&out);
+            return NULL;
+        }
+        const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(item);
+        Py_ssize_t len = PyBytes_GET_SIZE(item), i = 0;
+        PyObject *url = Py_None;
+        while (i < len && s[i] == ' ') i++;
+        Py_ssize_t t0 = i;
+        while (i < len && s[i] != ' ') i++;
+        Py_ssize_t t1 = i;
+        int digits = t1 > t0;
+        for (Py_ssize_t j = t0; j < t1 && digits; j++) digits = s[j] >= '0' && s[j] <= '9';
+        Py_ssize_t u0 = t0, u1 = t1;
+        int plain = t1 > t0;
+        if (channels != 0 && digits) {
+            /* a channel ID; echoed as sent, so only plain numbers are taken here */
+            if (t1 - t0 > 18 || (s[t0] == '0' && t1 - t0 > 1)) plain = 0;
+            int64_t value = 0;
+            for (Py_ssize_t j = t0; j < t1 && plain; j++) value = value * 10 + (s[j] - '0');
+            chan[k] = value;
+            while (i < len && s[i] == ' ') i++;
+            u0 = i;
+            while (i < len && s[i] != ' ') i++;
+            u1 = i;
+        } else if (channels == 1) {
+            plain = 0; /* an ID was required: the reference says what is wrong */
+        }
+        if (u1 == u0 || (u1 - u0 == 1 && s[u0] == '-')) plain = 0;
+        int slash = 0, colon = 0;
+        for (Py_ssize_t j = u0; j < u1 && plain; j++) {
+            unsigned char c = s[j];
+            if (c >= 0x80 || c < 0x21 || (escaped && c == '%')) plain = 0;
+            slash |= c == '/';
+            colon |= c == ':';
+        }
+        if (plain && ((colon && !slash) || s[u0] == '[')) plain = 0; /* CONNECT's authority */
+        /* a CONNECT method among the fields: the reference reads it */
+        for (Py_ssize_t j = u1; j + 7 <= len && plain; j++) {
+            if (s[j] == ' ' && memcmp(s + j + 1, "CONNECT", 7) == 0
+                && (j + 8 == len || s[j + 8] == ' ')) {
+                plain = 0;
+            }
+        }
+        if (plain) {
+            url = PyUnicode_New(u1 - u0, 127);
+            if (url == NULL) {
+                Py_DECREF(result);
+                PyBuffer_Release(&out);
+                return NULL;
+            }
+            memcpy(PyUnicode_1BYTE_DATA(url), s + u0, (size_t)(u1 - u0));
+        } else {
+            Py_INCREF(url);
+            chan[k] = -1;
+        }
+        PyList_SET_ITEM(result, k, url);
+    }
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"fast_canonical", (PyCFunction)(void (*)(void))fast_canonical, METH_FASTCALL,
      "fast_canonical(url, allow_query) -> str | None\n\n"
@@ -343,6 +820,17 @@ static PyMethodDef methods[] = {
      "the first of identical fingerprints only); return how many."},
     {"bloom_set", (PyCFunction)(void (*)(void))bloom_set, METH_FASTCALL,
      "bloom_set(bits, block, masks, flags) -> None\n\nOR the masks of the flagged URLs in."},
+#ifdef URLSIEVE_XXHASH
+    {"snapshot_match", (PyCFunction)(void (*)(void))snapshot_match, METH_FASTCALL,
+     "snapshot_match(image, layout, urls, mask, out[, canonical]) -> None\n\n"
+     "Per URL of the list, the id of the deciding rule of a compiled image into out\n"
+     "(int64): -1 when no rule matches, -2 off the canonical fast path; with a list\n"
+     "`canonical` as long as urls, each fast-path URL's canonical form is stored in it."},
+#endif
+    {"squid_scan", (PyCFunction)(void (*)(void))squid_scan, METH_FASTCALL,
+     "squid_scan(lines, channels, escaped, out) -> list[str | None]\n\n"
+     "The URL of each plain Squid request line (None: parse it in Python); out gets\n"
+     "the channel IDs (int64, -1 for none)."},
     {NULL, NULL, 0, NULL},
 };
 

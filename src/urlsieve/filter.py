@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
-from urlsieve.match.base import Explanation, Verdict
-from urlsieve.match.hashed import HashMatcher
+from urlsieve.exceptions import InvalidURL
+from urlsieve.match.base import Explanation, Matcher, Verdict
+from urlsieve.match.snapshot import (
+    SnapshotBuilder,
+    SnapshotInfo,
+    SnapshotMatcher,
+    read_snapshot_info,
+    write_image,
+)
 from urlsieve.rules.load import LoadResult, Progress, load_lists
 from urlsieve.rules.model import ALLOW, BLOCK, Rule, parse_rule
 from urlsieve.rules.readers import ListReport
@@ -15,6 +22,7 @@ from urlsieve.url import URL
 __all__ = ["Filter"]
 
 PathLike = str | os.PathLike[str]
+Categories = Collection[str] | None
 
 
 class Filter:
@@ -30,10 +38,23 @@ class Filter:
     """
 
     def __init__(
-        self, rules: Iterable[Rule] | HashMatcher = (), *, load: LoadResult | None = None
+        self,
+        rules: Iterable[Rule] | Matcher = (),
+        *,
+        load: LoadResult | None = None,
+        categories: Categories = None,
     ) -> None:
-        self._matcher = rules if isinstance(rules, HashMatcher) else HashMatcher(rules)
+        """From rules (compiled in memory) or an engine; ``categories``: the categories
+        enforced when a call does not choose (``None``: every one)."""
+        # An engine is told from rules by its type (isinstance against the protocol would
+        # read every member, ``rules`` included: all rules rebuilt).
+        self._matcher: Matcher = (
+            rules  # type: ignore[assignment]
+            if callable(getattr(type(rules), "decide_many", None))
+            else SnapshotMatcher.from_rules(rules)  # type: ignore[arg-type]
+        )
         self._load = load if load is not None else LoadResult()
+        self._categories = None if categories is None else frozenset(categories)
 
     @classmethod
     def from_rules(cls, rules: Iterable[Rule | str], *, category: str = "-") -> Filter:
@@ -58,6 +79,7 @@ class Filter:
         strict: bool = False,
         progress: Progress | None = None,
         categories: Sequence[str] = (),
+        meta: dict[str, object] | None = None,
     ) -> Filter:
         """From list files and squidGuard trees (see :func:`urlsieve.rules.load_lists`).
 
@@ -72,9 +94,11 @@ class Filter:
         such as UT1's ``porn`` selects the category it points to); a list file or a
         category directory named on its own is always read. Unselected categories
         are not read at all, so a domain listed in a chosen and an unchosen
-        category stays blocked.
+        category stays blocked. The rules are compiled in memory into the snapshot
+        format (``meta`` is stored in it); :meth:`select` and the ``categories``
+        argument of the lookups choose among the categories read, per call.
         """
-        matcher = HashMatcher()
+        builder = SnapshotBuilder()
 
         def load(paths: Sequence[PathLike], action: str | None) -> LoadResult:
             return load_lists(
@@ -84,7 +108,7 @@ class Filter:
                 categories=categories or None,
                 strict=strict,
                 progress=progress,
-                sink=matcher.add,
+                sink=builder.add,
             )
 
         result = load(block, None)
@@ -95,22 +119,59 @@ class Filter:
             result.skipped += extra.skipped
             for name, where in extra.categories.items():
                 result.categories.setdefault(name, where)
-        return cls(matcher, load=result)
+        meta = {
+            **(meta or {}),
+            "aliases": dict(result.aliases),
+            "selected_categories": list(categories),
+        }
+        return cls(SnapshotMatcher.from_image(builder.build(meta)), load=result)
 
     @classmethod
     def load(cls, path: PathLike, *, verify: bool = True) -> Filter:
         """Open a compiled snapshot (``urlsieve compile``) memory-mapped: near-instant, and
         shared by every process that opens it (see :mod:`urlsieve.match.snapshot`)."""
-        from urlsieve.match.snapshot import SnapshotFilter
+        return cls(SnapshotMatcher(path, verify=verify))
 
-        return SnapshotFilter(path, verify=verify)
+    def save(self, path: PathLike) -> SnapshotInfo:
+        """Write the compiled rules as a snapshot file, atomically (``urlsieve compile``)."""
+        image: bytes | None = getattr(self._matcher, "image", None)
+        if image is None:
+            raise TypeError(f"a {self._matcher.name} engine has no compiled image to save")
+        write_image(image, path)
+        return read_snapshot_info(path)
+
+    def select(self, categories: Categories) -> Filter:
+        """This filter enforcing only ``categories`` by default (``None``: every one); the
+        rules are shared, not copied."""
+        return Filter(self._matcher, load=self._load, categories=categories)
+
+    @property
+    def matcher(self) -> Matcher:
+        """The engine answering (the compiled one unless built from another engine)."""
+        return self._matcher
+
+    @property
+    def info(self) -> SnapshotInfo | None:
+        """The compiled image's header and metadata (``info.path`` is ``""`` in memory);
+        ``None`` for a reference engine."""
+        info: SnapshotInfo | None = getattr(self._matcher, "info", None)
+        return info
+
+    @property
+    def selected(self) -> frozenset[str] | None:
+        """The categories enforced by default (``None``: every one)."""
+        return self._categories
+
+    def close(self) -> None:
+        """Release the engine (unmap a snapshot file); safe to call twice."""
+        self._matcher.close()
 
     def __len__(self) -> int:
         return len(self._matcher)
 
     @property
     def rules(self) -> list[Rule]:
-        """The rules in force (one per pattern; conflicts resolved)."""
+        """The rules held (one per key and category; conflicts within a category resolved)."""
         return self._matcher.rules
 
     @property
@@ -138,21 +199,31 @@ class Filter:
         """Categories of trees not loaded, each with the reason."""
         return list(self._load.skipped)
 
-    def check(self, url: str | URL) -> Verdict:
-        """The verdict for ``url``; :class:`~urlsieve.InvalidURL` if it has no usable host."""
-        return self._matcher.check(url)
+    def _chosen(self, categories: Categories) -> Categories:
+        return self._categories if categories is None else categories
 
-    def match(self, url: URL) -> Rule | None:
-        """The deciding rule for an already parsed URL (``None``: no rule), without a Verdict.
+    def check(self, url: str | URL, categories: Categories = None) -> Verdict:
+        """The verdict for ``url``; :class:`~urlsieve.InvalidURL` if it has no usable host.
 
-        The streaming fast path: :func:`urlsieve.parse_url` once, then this.
+        ``categories``: enforce only these categories' rules for this call.
         """
-        return self._matcher.decide(url)
+        return self._matcher.check(url, self._chosen(categories))
 
-    def check_many(self, urls: Iterable[str | URL]) -> list[Verdict]:
-        """Verdicts for many URLs, in order."""
-        return self._matcher.check_many(urls)
+    def match(self, url: URL, categories: Categories = None) -> Rule | None:
+        """The deciding rule for an already parsed URL (``None``: no rule), without a Verdict."""
+        return self._matcher.decide(url, self._chosen(categories))
 
-    def explain(self, url: str | URL) -> Explanation:
+    def check_many(self, urls: Iterable[str | URL], categories: Categories = None) -> list[Verdict]:
+        """Verdicts for many URLs, in order (one compiled call for the batch)."""
+        return self._matcher.check_many(urls, self._chosen(categories))
+
+    def match_many(
+        self, urls: Sequence[str | bytes | URL], categories: Categories = None
+    ) -> list[Rule | InvalidURL | None]:
+        """The streaming batch path: per URL the deciding rule, ``None``, or the
+        :class:`~urlsieve.InvalidURL` it raised (a bad URL never stops the batch)."""
+        return self._matcher.decide_many(urls, self._chosen(categories))
+
+    def explain(self, url: str | URL, categories: Categories = None) -> Explanation:
         """The canonical URL, the expressions probed (most specific first), the deciding rule."""
-        return self._matcher.explain(url)
+        return self._matcher.explain(url, self._chosen(categories))

@@ -105,6 +105,7 @@ def test_explain_shows_canonical_probes_and_rule() -> None:
     assert explanation.probes == [
         "x.example.com (no rules for this host)",
         "example.com/a/",
+        "example.com/",  # probed too: the most specific rule of a host level wins
     ]
     assert explanation.rule is not None and explanation.rule.line == 9
     text = str(explanation)
@@ -117,9 +118,9 @@ def test_explain_shows_canonical_probes_and_rule() -> None:
 def test_explain_lists_every_probe_most_specific_first() -> None:
     flt = Filter.from_rules(["example.com/a/b/", "example.com/a/b/c|", "example.com/x?y"])
     probes = flt.explain("http://example.com/a/b/c/d?z").probes
+    # Only the path depths the host's rules have are probed (no rule has 4 "/").
     assert probes == [
         "example.com/a/b/c/d?z",
-        "example.com/a/b/c/d",
         "example.com/a/b/",
     ]
 

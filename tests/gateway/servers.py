@@ -31,7 +31,7 @@ from typing import Any
 
 from tests.needs import missing, system_binary
 
-RUNTIME_PACKAGES = ("urlsieve", "xxhash", "idna", "publicsuffixlist")
+RUNTIME_PACKAGES = ("urlsieve", "xxhash", "idna", "publicsuffixlist", "numpy")
 SQUID_USER = "proxy"
 
 
@@ -172,9 +172,11 @@ def stage_runtime(directory: Path) -> Path:
     lib = directory / "lib"
     lib.mkdir(parents=True)
     for name in RUNTIME_PACKAGES:
-        shutil.copytree(
-            _package_dir(name), lib / name, ignore=shutil.ignore_patterns("__pycache__")
-        )
+        source = _package_dir(name)
+        shutil.copytree(source, lib / name, ignore=shutil.ignore_patterns("__pycache__"))
+        libs = source.parent / f"{name}.libs"  # shared libraries a wheel keeps beside it
+        if libs.is_dir():
+            shutil.copytree(libs, lib / libs.name)
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     candidates = [
         os.path.realpath(sys.executable),

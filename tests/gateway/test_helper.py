@@ -618,3 +618,52 @@ def test_helper_processes_share_one_copy_of_the_snapshot(tmp_path: Path) -> None
     finally:
         for p in procs:
             p.kill()
+
+
+# -- the batch path (issue 10): one compiled call per read, the same replies ---------------
+
+_BATCH_LINES = st.lists(
+    st.one_of(
+        st.sampled_from(
+            [
+                b"http://evil.com/",
+                b"4 http://evil.com/ok/x 10.0.0.1/- - GET",
+                b"3 http://www.evil.com/x 10.0.0.1/- alice GET",
+                b"http://good.org/ 10.0.0.2",
+                b"12 EVIL.com:80/%2e%2e/x",
+                b"0 evil.com:443 10.0.0.1/- - CONNECT",
+                b"7 http://good.org/a%23b 10.0.0.1/-",
+                b"http://evil.com/\xff",
+                b"",
+                b"5",
+                b"javascript:alert(1)",
+                b"9 http://evil.com%2F.good.org/",
+            ]
+        ),
+        st.binary(max_size=40),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=_BATCH_LINES,
+    mode=st.sampled_from([HelperMode.REDIRECT, HelperMode.REWRITE, HelperMode.ACL]),
+    channels=st.sampled_from([None, True, False]),
+    template=st.sampled_from([BLOCK_PAGE, "http://block.lan/?u=%u&c=%c&r=%r"]),
+)
+def test_a_batch_gets_the_replies_of_its_lines_one_by_one(
+    lines: list[bytes], mode: HelperMode, channels: bool | None, template: str
+) -> None:
+    settings_ = HelperSettings(
+        mode=mode, redirect_url=None if mode is HelperMode.ACL else template, channels=channels
+    )
+
+    def rules() -> Filter:
+        flt = rules_filter()
+        return Filter([*flt.rules, parse_rule("evil.com/ok/", "allow", "fine", "ok.txt", 2)])
+
+    one, batch = (SquidHelper(LiveRules(rules), settings_) for _ in range(2))
+    assert batch.handle_batch(lines) == [one.handle(line) for line in lines]
+    assert batch.stats == one.stats

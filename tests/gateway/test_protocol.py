@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.protocol import (
@@ -182,3 +184,125 @@ def test_acl_readings_cover_a_raw_hash_and_backslash() -> None:
     ]
     with pytest.raises(ProtocolError, match="more than 8 %23"):
         acl_readings("http://a/" + "%23" * 9)
+
+
+def _render_reference(template: str, **values: str | None) -> str:
+    """The block page as first written: a regular expression and ``quote_from_bytes``."""
+    import re
+    from urllib.parse import quote_from_bytes
+
+    from urlsieve.url.path import to_bytes
+
+    table = {
+        "a": values["client"] or "-",
+        "n": values["client_name"] or values["client"] or "-",
+        "i": values["user"] or "-",
+        "u": values["url"],
+        "c": values["category"] or "-",
+        "t": values["category"] or "-",
+        "r": values["rule"] or "-",
+    }
+
+    def sub(match: re.Match[str]) -> str:
+        code = match.group(1)
+        return "%" if code == "%" else quote_from_bytes(to_bytes(table[code or ""]), safe="")
+
+    return re.sub(r"%(.)", sub, template, flags=re.DOTALL)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    template=st.lists(
+        st.sampled_from(["%u", "%c", "%t", "%a", "%n", "%i", "%r", "%%", "x", "?q=", "/"]),
+        max_size=8,
+    ).map(lambda parts: "http://block.lan/" + "".join(parts)),
+    url=st.text(),
+    fields=st.lists(st.one_of(st.none(), st.text(max_size=12)), min_size=5, max_size=5),
+)
+def test_the_parsed_template_renders_as_the_reference(
+    template: str, url: str, fields: list[str | None]
+) -> None:
+    category, client, client_name, user, rule = fields
+    values = {
+        "url": url,
+        "category": category,
+        "client": client,
+        "client_name": client_name,
+        "user": user,
+        "rule": rule,
+    }
+    assert render_template(template, **values) == _render_reference(template, **values)
+
+
+_scan = getattr(__import__("urlsieve._accel", fromlist=["speedups"]).speedups, "squid_scan", None)
+_line_bytes = st.one_of(
+    st.binary(max_size=80),
+    st.lists(
+        st.sampled_from(
+            [
+                b"0",
+                b"12",
+                b"007",
+                b"http://a.example/x",
+                b"a.example:443",
+                b"-",
+                b"CONNECT",
+                b"GET",
+                b"10.0.0.1/-",
+                b"user",
+                b"k=v",
+                b"%41",
+                b"\xff",
+                b"[::1]:443",
+                b"",
+                b"\t",
+            ]
+        ),
+        max_size=6,
+    ).map(b" ".join),
+)
+
+
+@pytest.mark.skipif(_scan is None, reason="urlsieve._speedups built without squid_scan")
+@settings(max_examples=1500, deadline=None)
+@given(
+    lines=st.lists(_line_bytes, max_size=8),
+    channels=st.sampled_from([None, True, False]),
+    escaped=st.booleans(),
+)
+def test_the_compiled_line_scan_agrees_with_parse_request(
+    lines: list[bytes], channels: bool | None, escaped: bool
+) -> None:
+    import numpy as np
+
+    from urlsieve.gateway.protocol import parse_request
+
+    out = np.empty(len(lines), dtype=np.int64)
+    mode = 0 if channels is False else 1 if channels else 2
+    urls = _scan(lines, mode, escaped, out)  # type: ignore[misc]
+    for line, url, channel in zip(lines, urls, out.tolist(), strict=True):
+        if url is None:
+            continue  # the helper parses this line with parse_request itself
+        request = parse_request(line, channels=channels, escaped=escaped)
+        assert request.target == url, line
+        assert request.channel == (None if channel < 0 else str(channel)), line
+        assert not (escaped and "%" in url)
+
+
+@pytest.mark.skipif(_scan is None, reason="urlsieve._speedups built without squid_scan")
+def test_the_compiled_line_scan_refuses_misuse() -> None:
+    import numpy as np
+
+    out = np.empty(1, dtype=np.int64)
+    with pytest.raises(TypeError):
+        _scan([b"x"], 2, False)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        _scan(["http://a.example/"], 2, False, out)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        _scan((b"x",), 2, False, out)  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        _scan([b"x", b"y"], 2, False, out)  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        _scan([b"x"], 3, False, out)  # type: ignore[misc]
+    assert _scan([b"3 http://a.example/ 10.0.0.1"], 2, False, out) == ["http://a.example/"]  # type: ignore[misc]
+    assert out[0] == 3

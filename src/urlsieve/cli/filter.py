@@ -11,6 +11,7 @@ from typing import Any, BinaryIO
 from urlsieve.cli._io import is_blank, stdin_batches, too_long
 from urlsieve.cli._lists import add_list_arguments, load_filter, verdict_record
 from urlsieve.exceptions import InvalidURL
+from urlsieve.filter import Filter
 from urlsieve.match import Verdict
 from urlsieve.rules import Rule
 from urlsieve.url import URL, parse_url
@@ -68,6 +69,32 @@ def _verdict_line(
     return _invalid_line(text, reason, jsonl, only), reason
 
 
+def _decide_batch(flt: Filter, batch: list[tuple[int, str | None]]) -> list[object]:
+    """The deciding rule (or ``None``, or the error) of each URL of a batch, in one call."""
+    texts = [text for _, text in batch if text is not None and not is_blank(text)]
+    try:
+        return list(flt.match_many(texts))
+    except Exception as exc:  # never expected: each line says so instead of the stream dying
+        return [RuntimeError(f"internal error: {type(exc).__name__}: {exc}")] * len(texts)
+
+
+def _text_line(
+    text: str, decided: object, only: frozenset[str] | None
+) -> tuple[str | None, str | None]:
+    """The text output line for a URL the batch decided (see :func:`_verdict_line`)."""
+    if isinstance(decided, InvalidURL):
+        return _invalid_line(text, decided.reason, False, only), decided.reason
+    if isinstance(decided, Exception):
+        return _invalid_line(text, str(decided), False, only), str(decided)
+    rule = decided if isinstance(decided, Rule) else None
+    action = rule.action if rule is not None else "none"
+    if only is not None and action not in only:
+        return None, None
+    if rule is None:
+        return f"none\t-\t-\t{text}\n", None
+    return f"{rule.action}\t{rule.category}\t{rule.where}\t{text}\n", None
+
+
 def _invalid_line(text: str, reason: str, jsonl: bool, only: frozenset[str] | None) -> str | None:
     """The output line of an input line that is not a URL (None when --only leaves it out)."""
     if only is not None and "invalid" not in only:
@@ -87,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     rejected = 0
     for batch in stdin_batches():
         out: list[str] = []
+        decided = iter(() if jsonl else _decide_batch(flt, batch))
         for number, text in batch:
             reason: str | None
             if text is None:  # skipped unread: nothing to echo
@@ -96,8 +124,10 @@ def run(args: argparse.Namespace) -> int:
                 if only is None:
                     out.append(blank)  # not a URL, not an error: kept for the alignment
                 continue
-            else:
+            elif jsonl:  # the canonical form is written: each URL parsed
                 line, reason = _verdict_line(text, match, jsonl, only)
+            else:
+                line, reason = _text_line(text, next(decided), only)
             if line is not None:
                 out.append(line)
             if reason is not None:

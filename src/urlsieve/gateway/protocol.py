@@ -25,10 +25,11 @@ Replies:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from urllib.parse import quote_from_bytes, unquote_to_bytes
+from urllib.parse import unquote_to_bytes
 
 from urlsieve.exceptions import ConfigError, HelperProtocolError
 from urlsieve.url.path import to_bytes
@@ -236,6 +237,8 @@ def quote_value(value: str) -> str:
     it (NUL, a byte that is not UTF-8, a non-ASCII character) ``%XX``, so a reply
     is always one line Squid can read.
     """
+    if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        return f'"{value}"'  # nothing to escape (a rendered block page URL, a category)
     data = to_bytes(value)
     return '"' + _UNSAFE_IN_VALUE.sub(_escape_value_byte, data).decode("ascii") + '"'
 
@@ -275,6 +278,40 @@ def validate_template(template: str) -> str:
     return template
 
 
+_QUOTED = [
+    chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_.-~") else f"%{b:02X}"
+    for b in range(256)
+]
+
+
+def _quote_all(value: str) -> str:
+    """``value``'s bytes percent-encoded but ``A-Z a-z 0-9 _ . - ~`` (``quote_from_bytes``
+    with ``safe=""``, by table: the block page of every blocked request needs it)."""
+    return "".join(map(_QUOTED.__getitem__, to_bytes(value)))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_template(template: str) -> tuple[tuple[str, str | None], ...]:
+    """``template`` cut once into (literal text, substitution code or None) pairs."""
+    parts: list[tuple[str, str | None]] = []
+    at = 0
+    for match in _TEMPLATE_CODE.finditer(template):
+        code = match.group(1)
+        literal = template[at : match.start()]
+        if code == "%":
+            parts.append((literal + "%", None))
+        else:
+            parts.append((literal, code))
+        at = match.end()
+    parts.append((template[at:], None))
+    return tuple(parts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _quote_cached(value: str) -> str:
+    return _quote_all(value)
+
+
 def render_template(
     template: str,
     *,
@@ -285,19 +322,28 @@ def render_template(
     user: str | None = None,
     rule: str | None = None,
 ) -> str:
-    """Fill a block page URL; every substituted value is percent-encoded, byte by byte."""
-    values = {
-        "a": client or "-",
-        "n": client_name or client or "-",
-        "i": user or "-",
-        "u": url,
-        "c": category or "-",
-        "t": category or "-",
-        "r": rule or "-",
-    }
+    """Fill a block page URL; every substituted value is percent-encoded, byte by byte.
 
-    def sub(match: re.Match[str]) -> str:
-        code = match.group(1)
-        return "%" if code == "%" else quote_from_bytes(to_bytes(values[code]), safe="")
-
-    return _TEMPLATE_CODE.sub(sub, template)
+    The template is parsed once (cached); values that repeat across requests
+    (category, rule, client, user) are quoted once, the URL every time.
+    """
+    out = []
+    for literal, code in _parsed_template(template):
+        out.append(literal)
+        if code is None:
+            continue
+        if code == "u":
+            out.append(_quote_all(url))
+            continue
+        if code == "a":
+            value = client or "-"
+        elif code == "n":
+            value = client_name or client or "-"
+        elif code == "i":
+            value = user or "-"
+        elif code in ("c", "t"):
+            value = category or "-"
+        else:  # "r"
+            value = rule or "-"
+        out.append(_quote_cached(value))
+    return "".join(out)

@@ -11,12 +11,7 @@ from urlsieve import __version__
 from urlsieve.exceptions import ConfigError
 from urlsieve.filter import Filter
 from urlsieve.gateway.config import GatewayConfig
-from urlsieve.match.snapshot import (
-    SnapshotFilter,
-    SnapshotInfo,
-    compile_snapshot,
-    read_snapshot_info,
-)
+from urlsieve.match.snapshot import SnapshotInfo, read_snapshot_info
 from urlsieve.rules.model import ALLOW, BLOCK
 
 __all__ = [
@@ -95,16 +90,13 @@ def compile_lists(
     strict: bool = False,
 ) -> tuple[SnapshotInfo, Filter]:
     """Read the lists and compile the selected rules into a snapshot at ``output``."""
-    source, _ = load_selected(lists, allow, categories, strict=strict)
-    rules = source.rules  # already only the selected categories' rules
     meta: dict[str, Any] = {
         "lists": [os.path.abspath(p) for p in lists],
         "allow": [os.path.abspath(p) for p in allow],
-        "selected_categories": list(categories),
         "compiled_by": f"urlsieve {__version__}",
-        "skipped_lines": len(source.warnings),
     }
-    return compile_snapshot(rules, output, meta=meta), source
+    source, _ = load_selected(lists, allow, categories, strict=strict, meta=meta)
+    return source.save(output), source
 
 
 def filter_loader(config: GatewayConfig) -> Callable[[], Filter]:
@@ -117,16 +109,17 @@ def filter_loader(config: GatewayConfig) -> Callable[[], Filter]:
 
         def load_snapshot() -> Filter:
             loaded = Filter.load(snapshot)
-            info = loaded.info if isinstance(loaded, SnapshotFilter) else None
-            compiled = list((info.meta.get("selected_categories") if info else None) or [])
-            if config.categories and sorted(compiled) != sorted(config.categories):
-                raise ConfigError(
-                    f"snapshot {snapshot} was compiled for categories "
-                    f"{', '.join(compiled) or '(all)'}, the configuration blocks "
-                    f"{', '.join(config.categories)}: recompile with "
-                    "`urlsieve compile --config FILE`"
-                )
-            return loaded
+            compiled = loaded.info.compiled_categories if loaded.info else []
+            if not config.categories or sorted(compiled) == sorted(config.categories):
+                return loaded
+            if not compiled:  # every category compiled: the selection applies per request
+                return loaded.select(config.categories)
+            loaded.close()
+            raise ConfigError(
+                f"snapshot {snapshot} was compiled for categories {', '.join(compiled)}, "
+                f"the configuration blocks {', '.join(config.categories)}: recompile with "
+                "`urlsieve compile --config FILE` (or compile every category)"
+            )
 
         return load_snapshot
 
@@ -142,8 +135,8 @@ def rules_info(rules: Filter | None, loaded_at: float | None, generation: int) -
     if rules is None:
         return info
     info["rules"] = len(rules)
-    if isinstance(rules, SnapshotFilter):
-        snapshot = rules.info
+    snapshot = rules.info
+    if snapshot is not None and snapshot.path:
         info.update(
             source="snapshot",
             path=snapshot.path,

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from urlsieve.match.base import Explanation, Verdict, better
+from urlsieve.match.base import ReferenceMatcher, better
 from urlsieve.rules.model import ALLOW, Rule, RuleKey
-from urlsieve.url import URL, parse_url
+from urlsieve.url import URL
 
 __all__ = ["HashMatcher"]
 
@@ -166,7 +166,7 @@ def _covers_whole_host(rule: Rule) -> bool:
     return rule.path == "/" and rule.query is None and not (rule.anchored or rule.exact_host)
 
 
-class HashMatcher:
+class HashMatcher(ReferenceMatcher):
     """Dicts keyed by host, then by path expression; see the module docstring.
 
     Memory: a host whose only rule covers it whole (most lines of a domains
@@ -181,7 +181,7 @@ class HashMatcher:
     once), so a repeated host costs one dict lookup before the path probes.
     """
 
-    name = "urlsieve"
+    name = "hash"
 
     def __init__(self, rules: Iterable[Rule] = (), *, cache_size: int = 1 << 16) -> None:
         self.cache_size = cache_size
@@ -333,27 +333,3 @@ class HashMatcher:
             if rule is not None:
                 return rule
         return None
-
-    def decide(self, url: URL) -> Rule | None:
-        """The deciding rule for a parsed URL, ``None`` when no rule matches."""
-        return self._decide(url)
-
-    def check(self, url: str | URL) -> Verdict:
-        parts = url if isinstance(url, URL) else parse_url(url)
-        return Verdict.of(self._decide(parts), parts.canonical)
-
-    def check_many(self, urls: Iterable[str | URL]) -> list[Verdict]:
-        decide = self._decide
-        out = []
-        for url in urls:
-            parts = url if isinstance(url, URL) else parse_url(url)
-            out.append(Verdict.of(decide(parts), parts.canonical))
-        return out
-
-    def explain(self, url: str | URL) -> Explanation:
-        parts = url if isinstance(url, URL) else parse_url(url)
-        trace: list[str] = []
-        rule = self._decide(parts, trace)
-        return Explanation(
-            str(url), parts.canonical, Verdict.of(rule, parts.canonical), probes=trace
-        )

@@ -49,9 +49,9 @@ its prefix values can (``www`` → 30583, ``im`` → 26989) and are tested.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
-from urlsieve.match.base import Verdict
+from urlsieve.match.base import ReferenceMatcher, Verdict
 from urlsieve.rules.model import ALLOW, Rule
 from urlsieve.url import URL, canonicalize
 
@@ -176,7 +176,7 @@ class _Table:
         return None
 
 
-class SegmentedTable:
+class SegmentedTable(ReferenceMatcher):
     """The seed patent's table; see the module docstring for its (different) semantics."""
 
     name = "patent"
@@ -195,23 +195,33 @@ class SegmentedTable:
         self.size = size if size is not None else max(16, int(len(rules) * 0.8))
         self.canonical = canonical
         self._count = len(rules)
+        self._rules = rules
         self.black = _Table(block, self.size, ratios)
         self.white = _Table(allow, max(16, int(self.size * len(allow) / max(1, len(rules)))), None)
 
     def __len__(self) -> int:
         return self._count
 
-    def check(self, url: str | URL) -> Verdict:
-        if isinstance(url, URL):
-            location = url.location
-        else:
-            location = _strip_scheme(canonicalize(url) if self.canonical else url)
+    @property
+    def rules(self) -> list[Rule]:
+        return list(self._rules)
+
+    def _lookup(self, location: str) -> Rule | None:
         levels = split_levels(location)
         prefix = prefix_value(location)
         rule = self.white.lookup(levels, prefix) if self.white.counts != [0, 0, 0] else None
         if rule is None:
             rule = self.black.lookup(levels, prefix)
-        return Verdict.of(rule, location)
+        return rule
 
-    def check_many(self, urls: Iterable[str | URL]) -> list[Verdict]:
-        return [self.check(url) for url in urls]
+    def _decide(self, url: URL, trace: list[str] | None = None) -> Rule | None:
+        return self._lookup(url.location)
+
+    def check(self, url: str | URL, categories: Collection[str] | None = None) -> Verdict:
+        """The patent's verdict: on the raw string (canonicalised only with ``canonical``)."""
+        self._every(categories)
+        if isinstance(url, URL):
+            location = url.location
+        else:
+            location = _strip_scheme(canonicalize(url) if self.canonical else url)
+        return Verdict.of(self._lookup(location), location)

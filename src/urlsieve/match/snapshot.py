@@ -1,31 +1,47 @@
-"""Compiled rule snapshots: one versioned, checksummed file, matched where it lies (mmap).
+"""The compiled rule format, urlsieve's one production matcher (DESIGN.md §3).
 
-A snapshot is compiled once (``urlsieve compile``) and opened by every helper
-process with :func:`open_snapshot`: the file is memory-mapped read-only and
-lookups read the mapping directly, so N processes share one copy in the page
-cache and opening costs a header check (plus a checksum pass at memory speed),
-whatever the rule count.
+Rules are compiled into one flat image: hash tables, postings, fixed-size
+rule records and their strings. :class:`SnapshotMatcher` answers from such
+an image wherever it lies: in memory (``Filter.from_lists`` compiles there)
+or in a *snapshot*, the image written to a file (``urlsieve compile``) and
+memory-mapped read-only by every helper process, so N processes share one
+copy in the page cache and opening costs a header check (plus a checksum
+pass at memory speed), whatever the rule count.
 
 Layout (little-endian, sections 64-byte aligned)::
 
-    header    128 bytes: magic, format version, sizes and offsets, body checksum,
+    header    192 bytes: magic, format version, sizes and offsets, body checksum,
               creation time, rule count, host-depth mask, header checksum
     hosts     open-addressing table of (xxh3-64(host), path-depth mask) u64 pairs:
               the pre-check; a host with no rule costs one probe
     exprs     open-addressing table of (xxh3-64(host + path[?query]), postings) u64
-              pairs, postings = first << 8 | count into the postings array
-    postings  u32 rule ids, grouped by expression
+              pairs, postings = first << 16 | count into the postings array
+    postings  u32 rule ids, grouped by expression, ascending within a group
     rules     32-byte records: string offset, lengths of pattern/host/path/query,
               source id, line, category id, flags (allow, exact host, anchored, ip)
     strings   UTF-8 pattern, host, path and query of every rule
-    meta      JSON: sources, categories, the lists and categories compiled
+    meta      JSON: sources, categories, aliases, the lists and categories compiled
 
-Matching gives the verdicts of the production matcher (DESIGN.md §2,
-``tests/match/test_snapshot.py`` checks it differentially): for each host
+**Categories are chosen per request.** The image keeps one rule per
+``(key, category)`` (on a conflict within a category ``allow`` wins, else the
+first read), and every lookup takes the set of categories to enforce (all
+when none is given): rules of other categories are passed over. Within the
+chosen categories the verdict is the one of a filter loaded from those
+categories only (``tests/match/test_snapshot_engine.py`` checks it).
+
+Matching gives the verdicts of the reference matcher (``HashMatcher``,
+DESIGN.md §2; the differential tests hold the two equal): for each host
 suffix, most specific first, every path expression whose depth occurs at that
-host is probed; the candidates are checked against the rule's own fields (so a
-64-bit hash collision cannot produce a wrong match) and the highest
-:attr:`Rule.rank` at the first host level with a match wins.
+host is probed (:func:`~urlsieve.rules.model.storage_keys` says where a rule
+is stored); candidates are checked against the rule's own fields (so a 64-bit
+hash collision cannot produce a wrong match) and the highest
+:func:`~urlsieve.rules.model.rank_of` at the first host level with a match
+wins, the lowest rule id (first read) on a tie.
+
+Batches run in C when ``urlsieve._speedups`` is built (``snapshot_match``):
+canonical fast path, hashing, probing and rule checks in one call per batch,
+rule ids out; a URL off the fast path is parsed by :func:`~urlsieve.parse_url`
+and matched by :meth:`SnapshotMatcher._best`, the reference.
 
 Swapping is atomic: :func:`compile_snapshot` writes a temporary file in the
 target's directory, syncs it and renames it over the target, so a reader opens
@@ -40,26 +56,26 @@ import os
 import struct
 import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from array import array
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import xxhash
 
-from urlsieve.exceptions import SnapshotError
-from urlsieve.filter import Filter
-from urlsieve.match.base import Explanation, Verdict, resolve_rules
-from urlsieve.rules.load import LoadResult
-from urlsieve.rules.model import ALLOW, BLOCK, Rule
+from urlsieve._accel import speedups
+from urlsieve.exceptions import InvalidURL, SnapshotError
+from urlsieve.match.base import Explanation, Verdict
+from urlsieve.rules.model import ALLOW, BLOCK, NONE, Rule, rank_of, storage_keys
 from urlsieve.url import URL, parse_url
 
 __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
+    "SnapshotBuilder",
     "SnapshotError",
-    "SnapshotFilter",
     "SnapshotInfo",
     "SnapshotMatcher",
     "compile_snapshot",
@@ -69,7 +85,9 @@ __all__ = [
 ]
 
 MAGIC = b"URLSNAP\x00"
-FORMAT_VERSION = 2  # 2: rule paths and queries are stored lower-case
+# 2: rule paths and queries are stored lower-case
+# 3: one rule per (key, category), categories chosen per request; 16-bit posting counts
+FORMAT_VERSION = 3
 
 # magic, version, header size, file size, body checksum, created, rules,
 # host slots, expr slots, postings count, offsets: hosts, exprs, postings, rules,
@@ -77,8 +95,23 @@ FORMAT_VERSION = 2  # 2: rule paths and queries are stored lower-case
 _HEADER = struct.Struct("<8sIIQQd13Q")
 _HEADER_SIZE = 192
 _RULE = struct.Struct("<IIIIiIIHH")  # 32 bytes
+_RECORD = np.dtype(
+    [
+        ("offset", "<u4"),
+        ("pattern", "<u4"),
+        ("host", "<u4"),
+        ("path", "<u4"),
+        ("query", "<i4"),
+        ("source", "<u4"),
+        ("line", "<u4"),
+        ("category", "<u2"),
+        ("flags", "<u2"),
+    ]
+)
 _ALIGN = 64
 _MAX_LOAD = 0.6
+_COUNT_BITS = 16
+_MAX_STRINGS = (1 << 32) - 1  # string offsets are u32
 
 _F_ALLOW = 1
 _F_EXACT_HOST = 2
@@ -89,11 +122,17 @@ _QUERY_BIT = 1 << 63
 _DEEP_BIT = 62  # depths >= 62 share one bit
 
 _hash = xxhash.xxh3_64_intdigest
+# The compiled batch lookup (absent when the extension was built without xxhash.h).
+_match = getattr(speedups, "snapshot_match", None)
 
 
-def _h(text: str) -> int:
+def _h(data: bytes) -> int:
     # 0 marks an empty slot.
-    return _hash(text.encode("utf-8", "surrogatepass")) or 1
+    return _hash(data) or 1
+
+
+def _hs(text: str) -> int:
+    return _h(text.encode("utf-8", "surrogatepass"))
 
 
 def _depth(path: str) -> int:
@@ -109,7 +148,7 @@ def _suffix_starts(url: URL) -> Iterator[tuple[int, int]]:
     """``(start, labels)`` of the host, then of every parent at a label boundary (an
     address has only itself), without building a string: linear in the host's length.
 
-    Like the production matcher, no Public Suffix List work per request: no rule
+    Like the reference matcher, no Public Suffix List work per request: no rule
     can be a bare public suffix, so probing ``com`` finds nothing and is harmless.
     """
     host = url.host
@@ -142,36 +181,40 @@ def _path_candidates(path: str, query: str | None) -> list[tuple[int, int, bool]
     return out
 
 
-def _keys(rule: Rule) -> list[str]:
-    """The expressions a rule is stored under (see the module docstring)."""
-    base = rule.host + rule.path
-    if rule.query is not None:
-        return [f"{base}?{rule.query}"]
-    if rule.anchored or rule.path.endswith("/"):
-        return [base]
-    # "example.com/ads" covers "/ads" (the path expression) and "/ads/…" (prefix "/ads/").
-    return [base, base + "/"]
+def _table(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """An open-addressing table of (key, value) u64 pairs, linear probing, 0 = empty.
 
-
-def _table(pairs: Mapping[int, int]) -> bytearray:
-    """An open-addressing table of (key, value) u64 pairs, linear probing, 0 = empty."""
+    Built in rounds, vectorised: every key still homeless tries its current slot;
+    of those finding it free, the first in input order takes it, the rest (and
+    those finding it taken) move one slot on. A key ends where linear probing
+    from its home finds it, past occupied slots only. Deterministic.
+    """
     slots = 8
-    while slots * _MAX_LOAD < len(pairs):
+    while slots * _MAX_LOAD < len(keys):
         slots *= 2
-    mask = slots - 1
-    table = [0] * (2 * slots)
-    for key, value in pairs.items():
-        i = key & mask
-        while table[2 * i]:
-            i = (i + 1) & mask
-        table[2 * i] = key
-        table[2 * i + 1] = value
-    return bytearray(struct.pack(f"<{2 * slots}Q", *table))
+    mask = np.uint64(slots - 1)
+    table = np.zeros(2 * slots, dtype="<u8")
+    occupied = np.zeros(slots, dtype=bool)
+    position = (keys & mask).astype(np.int64)
+    pending = np.arange(len(keys), dtype=np.int64)
+    while pending.size:
+        at = position[pending]
+        free = ~occupied[at]
+        slots_free, first = np.unique(at[free], return_index=True)
+        winners = pending[free][first]
+        table[2 * slots_free] = keys[winners]
+        table[2 * slots_free + 1] = values[winners]
+        occupied[slots_free] = True
+        placed = np.zeros(len(keys), dtype=bool)
+        placed[winners] = True
+        pending = pending[~placed[pending]]
+        position[pending] = (position[pending] + 1) & (slots - 1)
+    return table
 
 
 @dataclass(frozen=True)
 class SnapshotInfo:
-    """What a snapshot's header and metadata say (no need to open the whole file)."""
+    """What an image's header and metadata say (``path`` is ``""`` for one in memory)."""
 
     path: str
     format_version: int
@@ -181,6 +224,11 @@ class SnapshotInfo:
     size: int
     meta: Mapping[str, Any]
 
+    @property
+    def compiled_categories(self) -> list[str]:
+        """The categories the lists were read for (``[]``: every category)."""
+        return list(self.meta.get("selected_categories") or [])
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "path": self.path,
@@ -189,120 +237,245 @@ class SnapshotInfo:
             "created": self.created,
             "rules": self.rules,
             "size": self.size,
-            "categories": list(self.meta.get("selected_categories") or []),
+            "categories": self.compiled_categories,
         }
 
 
-def compile_snapshot(
-    rules: Iterable[Rule],
-    path: str | os.PathLike[str],
-    *,
-    meta: Mapping[str, Any] | None = None,
-) -> SnapshotInfo:
-    """Compile ``rules`` into a snapshot at ``path``, replacing any file there atomically.
+class SnapshotBuilder:
+    """Rules in, an image out; :meth:`add` keeps a rule as a few array entries, not an object.
 
-    Rules with one key are resolved as the production matcher does (allow wins,
-    else the first read). ``meta`` is stored as JSON (lists, categories…).
+    ``add`` streams (``load_lists(..., sink=builder.add)``); :meth:`build` settles
+    conflicts (one rule per key and category: ``allow`` wins, else the first read),
+    groups the postings and lays out the hash tables with numpy.
     """
-    resolved = resolve_rules(rules)
-    sources: dict[str, int] = {}
-    categories: dict[str, int] = {}
-    strings = bytearray()
-    records = bytearray()
-    postings_by_key: dict[int, list[int]] = defaultdict(list)
-    host_masks: dict[int, int] = defaultdict(int)
-    host_depths = 0
-    for rule_id, rule in enumerate(resolved):
-        parts = [rule.pattern, rule.host, rule.path, rule.query or ""]
-        encoded = [p.encode("utf-8", "surrogatepass") for p in parts]
+
+    def __init__(self) -> None:
+        self._strings = bytearray()
+        self._offset = array("Q")
+        self._lengths = array("I")  # pattern, host, path per rule
+        self._query = array("i")
+        self._source = array("I")
+        self._line = array("I")
+        self._category = array("H")
+        self._flags = array("H")
+        self._dedup = array("Q")  # xxh3(location \0 category): conflicts are found by it
+        self._expr_hash = array("Q")
+        self._expr_rule = array("I")
+        self._host_hash = array("Q")
+        self._host_bits = array("Q")
+        self._host_depths = 0
+        self._sources: dict[str, int] = {}
+        self._categories: dict[str, int] = {}
+        self._seen: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self._flags)
+
+    def add(self, rule: Rule) -> bool:
+        """Add one rule; False when a rule with its key was added before (in any category:
+        the load reports count it as a duplicate, and it is kept for its category).
+
+        :class:`ValueError` past 65,536 categories or 4 GiB of rule text.
+        """
+        category_id = self._categories.get(rule.category)
+        if category_id is None:
+            if len(self._categories) > 0xFFFF:
+                raise ValueError("more than 65,536 categories")
+            category_id = self._categories[rule.category] = len(self._categories)
+        source_id = self._sources.setdefault(rule.source or "", len(self._sources))
+        pattern = rule.pattern.encode("utf-8", "surrogatepass")
+        host = rule.host.encode("utf-8", "surrogatepass")
+        path = rule.path.encode("utf-8", "surrogatepass")
+        query = None if rule.query is None else rule.query.encode("utf-8", "surrogatepass")
+        strings = self._strings
         offset = len(strings)
-        for blob in encoded:
-            strings += blob
-        flags = (
+        strings += pattern
+        strings += host
+        strings += path
+        if query is not None:
+            strings += query
+        if len(strings) > _MAX_STRINGS:
+            raise ValueError("rule text above 4 GiB: split the lists")
+        rule_id = len(self._flags)
+        self._offset.append(offset)
+        self._lengths.extend((len(pattern), len(host), len(path)))
+        self._query.append(-1 if query is None else len(query))
+        self._source.append(source_id)
+        line = rule.line or 0
+        self._line.append(line if 0 <= line < 1 << 32 else 0)
+        self._category.append(category_id)
+        self._flags.append(
             (_F_ALLOW if rule.action == ALLOW else 0)
             | (_F_EXACT_HOST if rule.exact_host else 0)
             | (_F_ANCHORED if rule.anchored else 0)
             | (_F_IP if rule.is_ip else 0)
         )
-        source_id = sources.setdefault(rule.source or "", len(sources))
-        category_id = categories.setdefault(rule.category, len(categories))
-        if category_id > 0xFFFF:
-            raise ValueError("more than 65,536 categories")
-        records += _RULE.pack(
-            offset,
-            len(encoded[0]),
-            len(encoded[1]),
-            len(encoded[2]),
-            -1 if rule.query is None else len(encoded[3]),
-            source_id,
-            rule.line or 0,
-            category_id,
-            flags,
+        location = rule.location
+        self._dedup.append(_hs(f"{location}\0{rule.category}"))
+        host_key = _h(host)
+        self._host_depths |= 1 << min(rule.host.count(".") + 1, 63)
+        for key in storage_keys(rule):
+            self._expr_hash.append(_hs(key))
+            self._expr_rule.append(rule_id)
+            self._host_hash.append(host_key)
+            self._host_bits.append(
+                _QUERY_BIT if rule.query is not None else 1 << _depth(key[len(rule.host) :])
+            )
+        # Seen by a 64-bit hash: a collision only miscounts a report, no rule is lost.
+        seen = self._seen
+        before = len(seen)
+        seen.add(_hs(location))
+        return len(seen) != before
+
+    def _exact_key(self, rule_id: int) -> tuple[bytes, int, int]:
+        """What a rule matches and its category, read back (for a dedup-hash collision)."""
+        start = self._offset[rule_id] + self._lengths[3 * rule_id]
+        n = self._lengths[3 * rule_id + 1] + self._lengths[3 * rule_id + 2]
+        n_query = self._query[rule_id]
+        text = bytes(self._strings[start : start + n + max(n_query, 0)])
+        shape = self._flags[rule_id] & (_F_EXACT_HOST | _F_ANCHORED) | (n_query >= 0) << 8
+        return text + b"\0" + str(n).encode(), shape, self._category[rule_id]
+
+    def _kept(self) -> np.ndarray:
+        """Which rules stay: per (key, category) the allow, else the first."""
+        n = len(self)
+        dedup = np.frombuffer(self._dedup, dtype=np.uint64) if n else np.zeros(0, np.uint64)
+        keep = np.ones(n, dtype=bool)
+        if n < 2:
+            return keep
+        allow = np.frombuffer(self._flags, dtype=np.uint16) & _F_ALLOW
+        order = np.lexsort((np.arange(n), -allow.astype(np.int8), dedup))
+        ranked = dedup[order]
+        same = np.flatnonzero(ranked[1:] == ranked[:-1])
+        if not same.size:
+            return keep
+        # Runs of one dedup hash (almost always one key and category): the first in
+        # (allow first, then read order) wins among rules that really share both.
+        starts = same[np.r_[True, same[1:] != same[:-1] + 1]]
+        for start in starts.tolist():
+            end = start + 1
+            while end < n and ranked[end] == ranked[start]:
+                end += 1
+            winners: set[tuple[bytes, int, int]] = set()
+            for rule_id in order[start:end].tolist():
+                key = self._exact_key(rule_id)
+                if key in winners:
+                    keep[rule_id] = False
+                else:
+                    winners.add(key)
+        return keep
+
+    def build(self, meta: Mapping[str, Any] | None = None, created: float | None = None) -> bytes:
+        """The image (header and body), ready to be written or matched in memory."""
+        keep = self._kept()
+        n_total = len(self)
+        new_id = np.cumsum(keep, dtype=np.int64) - 1
+        lengths = (
+            np.frombuffer(self._lengths, dtype=np.uint32).reshape(-1, 3)
+            if n_total
+            else np.zeros((0, 3), np.uint32)
         )
-        host_key = _h(rule.host)
-        host_depths |= 1 << min(rule.host.count(".") + 1, 63)
-        for key in _keys(rule):
-            postings_by_key[_h(key)].append(rule_id)
-            if rule.query is not None:
-                host_masks[host_key] |= _QUERY_BIT
-            else:
-                host_masks[host_key] |= 1 << _depth(key[len(rule.host) :])
-    postings: list[int] = []
-    expr_values: dict[int, int] = {}
-    for expr_key, ids in postings_by_key.items():
-        if len(ids) > 0xFF:  # cannot happen: at most a few rules share an expression
-            raise ValueError(f"{len(ids)} rules share one expression hash")
-        expr_values[expr_key] = (len(postings) << 8) | len(ids)
-        postings.extend(ids)
-    hosts = _table(host_masks)
-    exprs = _table(expr_values)
-    postings_blob = struct.pack(f"<{len(postings)}I", *postings)
-    meta_blob = json.dumps(
-        {
-            **(meta or {}),
-            "sources": list(sources),
-            "categories": list(categories),
-            "actions": {
-                BLOCK: sum(1 for r in resolved if r.action == BLOCK),
-                ALLOW: sum(1 for r in resolved if r.action == ALLOW),
+
+        def column(values: array[int], dtype: str) -> np.ndarray:
+            return np.frombuffer(values, dtype=dtype) if n_total else np.zeros(0, dtype)
+
+        records = np.zeros(int(keep.sum()), dtype=_RECORD)
+        records["offset"] = column(self._offset, "u8")[keep]
+        records["pattern"] = lengths[keep, 0]
+        records["host"] = lengths[keep, 1]
+        records["path"] = lengths[keep, 2]
+        records["query"] = column(self._query, "i4")[keep]
+        records["source"] = column(self._source, "u4")[keep]
+        records["line"] = column(self._line, "u4")[keep]
+        records["category"] = column(self._category, "u2")[keep]
+        records["flags"] = column(self._flags, "u2")[keep]
+
+        n_exprs = len(self._expr_hash)
+        expr_hash = np.frombuffer(self._expr_hash, np.uint64) if n_exprs else np.zeros(0, "u8")
+        expr_rule = np.frombuffer(self._expr_rule, np.uint32) if n_exprs else np.zeros(0, "u4")
+        live = keep[expr_rule]
+        expr_hash, expr_rule = expr_hash[live], new_id[expr_rule[live]].astype(np.uint32)
+        order = np.lexsort((expr_rule, expr_hash))
+        expr_hash, postings = expr_hash[order], expr_rule[order]
+        keys, first, counts = np.unique(expr_hash, return_index=True, return_counts=True)
+        if counts.size and counts.max() > (1 << _COUNT_BITS) - 1:
+            raise ValueError(f"{counts.max()} rules share one expression hash")
+        exprs = _table(keys, first.astype(np.uint64) << _COUNT_BITS | counts.astype(np.uint64))
+
+        host_hash = np.frombuffer(self._host_hash, np.uint64) if n_exprs else np.zeros(0, "u8")
+        host_bits = np.frombuffer(self._host_bits, np.uint64) if n_exprs else np.zeros(0, "u8")
+        order = np.argsort(host_hash, kind="stable")
+        host_hash, host_bits = host_hash[order], host_bits[order]
+        host_keys, host_first = np.unique(host_hash, return_index=True)
+        masks = (
+            np.bitwise_or.reduceat(host_bits, host_first)
+            if host_first.size
+            else np.zeros(0, np.uint64)
+        )
+        hosts = _table(host_keys, masks)
+
+        allow = records["flags"] & _F_ALLOW
+        meta_blob = json.dumps(
+            {
+                **(meta or {}),
+                "sources": list(self._sources),
+                "categories": list(self._categories),
+                "actions": {
+                    BLOCK: int(np.count_nonzero(allow == 0)),
+                    ALLOW: int(np.count_nonzero(allow)),
+                },
             },
-        },
-        sort_keys=True,
-    ).encode("utf-8")
+            sort_keys=True,
+        ).encode("utf-8")
+        sections = [
+            hosts.tobytes(),
+            exprs.tobytes(),
+            postings.astype("<u4").tobytes(),
+            records.tobytes(),
+            bytes(self._strings),
+            meta_blob,
+        ]
+        offsets = []
+        parts: list[bytes] = []
+        position = _HEADER_SIZE
+        for section in sections:
+            pad = _align(position) - position
+            parts.append(b"\0" * pad)
+            position += pad
+            offsets.append(position)
+            parts.append(section)
+            position += len(section)
+        body = b"".join(parts)
+        header = _HEADER.pack(
+            MAGIC,
+            FORMAT_VERSION,
+            _HEADER_SIZE,
+            _HEADER_SIZE + len(body),
+            _hash(body),
+            time.time() if created is None else created,
+            len(records),
+            len(hosts) // 2,
+            len(exprs) // 2,
+            len(postings),
+            *offsets,
+            len(self._strings),
+            len(meta_blob),
+            self._host_depths,
+        )
+        header += struct.pack("<Q", _hash(header))
+        return header + b"\0" * (_HEADER_SIZE - len(header)) + body
 
-    sections: list[bytes | bytearray] = [hosts, exprs, postings_blob, records, strings, meta_blob]
-    offsets = []
-    body = bytearray()
-    position = _HEADER_SIZE
-    for section in sections:
-        pad = _align(position) - position
-        body += b"\0" * pad
-        position += pad
-        offsets.append(position)
-        body += section
-        position += len(section)
-    file_size = _HEADER_SIZE + len(body)
-    checksum = _hash(bytes(body))
-    created = time.time()
-    header = _HEADER.pack(
-        MAGIC,
-        FORMAT_VERSION,
-        _HEADER_SIZE,
-        file_size,
-        checksum,
-        created,
-        len(resolved),
-        len(hosts) // 16,
-        len(exprs) // 16,
-        len(postings),
-        *offsets,
-        len(strings),
-        len(meta_blob),
-        host_depths,
-    )
-    header += struct.pack("<Q", _hash(header))
-    header += b"\0" * (_HEADER_SIZE - len(header))
 
+def build_image(rules: Iterable[Rule], meta: Mapping[str, Any] | None = None) -> bytes:
+    """The compiled image of ``rules`` (see :class:`SnapshotBuilder`)."""
+    builder = SnapshotBuilder()
+    for rule in rules:
+        builder.add(rule)
+    return builder.build(meta)
+
+
+def write_image(image: bytes, path: str | os.PathLike[str]) -> None:
+    """Write ``image`` at ``path`` atomically (temporary file, fsync, rename)."""
     target = Path(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -310,8 +483,7 @@ def compile_snapshot(
         raise SnapshotError(str(target), f"cannot write here: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(header)
-            fh.write(body)
+            fh.write(image)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
@@ -322,14 +494,28 @@ def compile_snapshot(
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def compile_snapshot(
+    rules: Iterable[Rule] | SnapshotBuilder,
+    path: str | os.PathLike[str],
+    *,
+    meta: Mapping[str, Any] | None = None,
+) -> SnapshotInfo:
+    """Compile ``rules`` (or a filled :class:`SnapshotBuilder`) into a snapshot at ``path``,
+    replacing any file there atomically. ``meta`` is stored as JSON (lists, categories…)."""
+    image = rules.build(meta) if isinstance(rules, SnapshotBuilder) else build_image(rules, meta)
+    write_image(image, path)
+    header = _parse_header(str(path), image[:_HEADER_SIZE], len(image))
+    meta_off = header.offsets[5]
     return SnapshotInfo(
-        str(target),
+        str(path),
         FORMAT_VERSION,
-        f"{checksum:016x}",
-        created,
-        len(resolved),
-        file_size,
-        json.loads(meta_blob),
+        f"{header.checksum:016x}",
+        header.created,
+        header.rules,
+        len(image),
+        json.loads(image[meta_off : meta_off + header.meta_len]),
     )
 
 
@@ -398,10 +584,12 @@ def read_snapshot_info(path: str | os.PathLike[str], *, verify: bool = False) ->
 
 
 class SnapshotMatcher:
-    """A compiled snapshot, memory-mapped; a :class:`~urlsieve.match.base.Matcher`.
+    """A compiled image, in memory or memory-mapped from a snapshot file; a
+    :class:`~urlsieve.match.base.Matcher`.
 
-    ``verify`` (default) checks the body checksum on open: one pass over the
-    file at memory speed, which also faults the pages into the shared page cache.
+    ``SnapshotMatcher(path)`` maps a file; ``verify`` (default) checks the body
+    checksum on open: one pass at memory speed, which also faults the pages into
+    the shared page cache. :meth:`from_rules` compiles in memory.
     """
 
     name = "snapshot"
@@ -415,20 +603,37 @@ class SnapshotMatcher:
                     raise SnapshotError(
                         self.path, f"truncated: {size} bytes, shorter than the header"
                     )
-                self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                self._mm: mmap.mmap | bytes = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as exc:
             raise SnapshotError(self.path, f"cannot open: {exc.strerror or exc}") from exc
         try:
             self._open(size, verify)
         except BaseException:
-            self._mm.close()
+            self.close()
             raise
 
-    def _open(self, size: int, verify: bool) -> None:
+    @classmethod
+    def from_image(cls, image: bytes, *, name: str = "<memory>") -> SnapshotMatcher:
+        """A matcher over an image in memory (:class:`SnapshotBuilder`'s output)."""
+        matcher = cls.__new__(cls)
+        matcher.path = ""
+        matcher._mm = image
+        matcher._open(len(image), verify=False, name=name)
+        return matcher
+
+    @classmethod
+    def from_rules(
+        cls, rules: Iterable[Rule], *, meta: Mapping[str, Any] | None = None
+    ) -> SnapshotMatcher:
+        """Compile ``rules`` into memory: the same format and code as a snapshot file."""
+        return cls.from_image(build_image(rules, meta))
+
+    def _open(self, size: int, verify: bool, name: str | None = None) -> None:
+        where = name or self.path
         mm = self._mm
-        header = _parse_header(self.path, mm[:_HEADER_SIZE], size)
+        header = _parse_header(where, mm[:_HEADER_SIZE], size)
         if verify and _hash(memoryview(mm)[_HEADER_SIZE:]) != header.checksum:
-            raise SnapshotError(self.path, "corrupt: the body checksum does not match")
+            raise SnapshotError(where, "corrupt: the body checksum does not match")
         hosts_off, exprs_off, postings_off, rules_off, strings_off, meta_off = header.offsets
         ends = [
             (hosts_off, header.host_slots * 16),
@@ -439,16 +644,19 @@ class SnapshotMatcher:
             (meta_off, header.meta_len),
         ]
         for offset, length in ends:
-            if offset < _HEADER_SIZE or offset + length > size:
-                raise SnapshotError(self.path, "corrupt: a section lies outside the file")
+            if offset < _HEADER_SIZE or offset % 8 or offset + length > size:
+                raise SnapshotError(where, "corrupt: a section lies outside the file")
         for slots in (header.host_slots, header.expr_slots):
-            if slots & (slots - 1):
-                raise SnapshotError(self.path, "corrupt: a table size is not a power of two")
+            if not slots or slots & (slots - 1):
+                raise SnapshotError(where, "corrupt: a table size is not a power of two")
         try:
             meta = json.loads(mm[meta_off : meta_off + header.meta_len])
-        except ValueError as exc:
-            raise SnapshotError(self.path, f"corrupt metadata: {exc}") from exc
+            sources = [str(s) for s in meta["sources"]]
+            categories = [str(c) for c in meta["categories"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SnapshotError(where, f"corrupt metadata: {exc}") from exc
         view = memoryview(mm)
+        self._view = view
         self._hosts = view[hosts_off : hosts_off + header.host_slots * 16].cast("Q")
         self._exprs = view[exprs_off : exprs_off + header.expr_slots * 16].cast("Q")
         self._postings = view[postings_off : postings_off + header.postings * 4].cast("I")
@@ -458,9 +666,29 @@ class SnapshotMatcher:
         self._strings_off = strings_off
         self._host_depths = header.host_depths
         self._header = header
-        self._sources: list[str] = list(meta["sources"])
-        self._categories: list[str] = list(meta["categories"])
+        self._sources = sources
+        self._categories = categories
+        self._category_ids = {c: i for i, c in enumerate(categories)}
+        aliases = meta.get("aliases") or {}
+        self._aliases = (
+            {str(k): str(v) for k, v in aliases.items()} if isinstance(aliases, dict) else {}
+        )
+        self._masks: dict[frozenset[str], bytes] = {}
         self._rule_cache: dict[int, Rule] = {}
+        # What the compiled batch path needs to find each section (checked again in C).
+        self._layout = (
+            hosts_off,
+            header.host_slots,
+            exprs_off,
+            header.expr_slots,
+            postings_off,
+            header.postings,
+            rules_off,
+            header.rules,
+            strings_off,
+            header.strings_len,
+            header.host_depths,
+        )
         self.info = SnapshotInfo(
             self.path,
             header.version,
@@ -475,11 +703,12 @@ class SnapshotMatcher:
 
     def close(self) -> None:
         """Unmap the file (views are released first; safe to call twice)."""
-        for name in ("_hosts", "_exprs", "_postings"):
+        for name in ("_hosts", "_exprs", "_postings", "_view"):
             view = getattr(self, name, None)
             if view is not None:
                 view.release()
-        self._mm.close()
+        if isinstance(self._mm, mmap.mmap):
+            self._mm.close()
 
     def __enter__(self) -> SnapshotMatcher:
         return self
@@ -490,20 +719,59 @@ class SnapshotMatcher:
     def __len__(self) -> int:
         return self._header.rules
 
+    @property
+    def image(self) -> bytes:
+        """The whole compiled image (header and body), as written to a snapshot file."""
+        return bytes(self._mm)
+
+    @property
+    def categories(self) -> list[str]:
+        """The categories of the rules held, in the order first read."""
+        return list(self._categories)
+
+    @property
+    def rules(self) -> list[Rule]:
+        """Every rule held (one per key and category), in the order read."""
+        return [self.rule(i) for i in range(len(self))]
+
+    # -- categories ------------------------------------------------------------------------
+
+    def category_mask(self, categories: Collection[str] | None) -> bytes | None:
+        """One byte per category id, 1 where enforced (``None``: every category).
+
+        Names may be squidGuard aliases (UT1's ``porn`` for ``adult``); a name the
+        image does not have enforces nothing (no rule of it exists here).
+        """
+        if categories is None:
+            return None
+        key = frozenset(categories)
+        mask = self._masks.get(key)
+        if mask is None:
+            chosen = bytearray(len(self._categories))
+            for name in key:
+                at = self._category_ids.get(self._aliases.get(name, name))
+                if at is not None:
+                    chosen[at] = 1
+            if len(self._masks) >= 256:
+                self._masks.clear()
+            mask = self._masks[key] = bytes(chosen)
+        return mask
+
     # -- lookups ---------------------------------------------------------------------------
 
     @staticmethod
     def _probe(table: memoryview, mask: int, text: str) -> int:
         """The value stored for ``text`` in an open-addressing table (0: absent)."""
-        key = _h(text)
+        key = _hs(text)
         i = key & mask
-        while True:
+        for _ in range(mask + 1):
             slot = table[2 * i]
             if slot == key:
                 return int(table[2 * i + 1])
             if slot == 0:
                 return 0
             i = (i + 1) & mask
+        return 0
 
     def _record(self, rule_id: int) -> tuple[int, int, int, int, int, int, int, int, int]:
         fields: tuple[int, int, int, int, int, int, int, int, int] = _RULE.unpack_from(
@@ -512,7 +780,7 @@ class SnapshotMatcher:
         return fields
 
     def rule(self, rule_id: int) -> Rule:
-        """The rule with this id, rebuilt from the mapping (kept in a small per-process cache)."""
+        """The rule with this id, rebuilt from the image (kept in a small per-process cache)."""
         cached = self._rule_cache.get(rule_id)
         if cached is not None:
             return cached
@@ -521,47 +789,61 @@ class SnapshotMatcher:
         )
         start = self._strings_off + off
         raw = self._mm[start : start + n_pat + n_host + n_path + max(n_query, 0)]
-        pattern = raw[:n_pat].decode("utf-8", "surrogatepass")
-        host = raw[n_pat : n_pat + n_host].decode("ascii", "surrogateescape")
-        path = raw[n_pat + n_host : n_pat + n_host + n_path].decode("utf-8", "surrogatepass")
-        query = (
-            None if n_query < 0 else raw[n_pat + n_host + n_path :].decode("utf-8", "surrogatepass")
-        )
-        source = self._sources[source_id] or None
-        rule = Rule(
-            pattern=pattern,
-            action=ALLOW if flags & _F_ALLOW else BLOCK,
-            category=self._categories[category_id],
-            host=host,
-            path=path,
-            query=query,
-            exact_host=bool(flags & _F_EXACT_HOST),
-            anchored=bool(flags & _F_ANCHORED),
-            is_ip=bool(flags & _F_IP),
-            source=source,
-            line=line or None,
+        a, b, c = n_pat, n_pat + n_host, n_pat + n_host + n_path
+        if raw.isascii():  # almost every rule: one decode, then slices
+            text = raw.decode("ascii")
+            pattern, host, path = text[:a], text[a:b], text[b:c]
+            query = None if n_query < 0 else text[c:]
+        else:
+            pattern = raw[:a].decode("utf-8", "surrogatepass")
+            host = raw[a:b].decode("ascii", "surrogateescape")
+            path = raw[b:c].decode("utf-8", "surrogatepass")
+            query = None if n_query < 0 else raw[c:].decode("utf-8", "surrogatepass")
+        exact_host, anchored = bool(flags & _F_EXACT_HOST), bool(flags & _F_ANCHORED)
+        allow = bool(flags & _F_ALLOW)
+        path_len = len(path) if query is None else len(path) + len(query) + 1
+        # The Rule tuple made directly (its __new__ checks what the compiler checked).
+        rule: Rule = tuple.__new__(
+            Rule,
+            (
+                pattern,
+                ALLOW if allow else BLOCK,
+                self._categories[category_id],
+                host,
+                path,
+                query,
+                exact_host,
+                anchored,
+                bool(flags & _F_IP),
+                self._sources[source_id] or None,
+                line or None,
+                rank_of(len(host), path_len, anchored, exact_host, allow),
+            ),
         )
         if len(self._rule_cache) >= 1 << 16:
             self._rule_cache.clear()
         self._rule_cache[rule_id] = rule
         return rule
 
-    def _best(self, url: URL, probes: list[str] | None) -> Rule | None:
-        """The deciding rule. Linear in the URL: host levels and path prefixes are cut
-        out of the URL only at the depths the rule set has."""
+    def _best(self, url: URL, probes: list[str] | None, mask: bytes | None = None) -> int:
+        """The deciding rule's id (-1: none), the reference of ``snapshot_match`` in C.
+
+        Linear in the URL: host levels and path prefixes are cut out of the URL only
+        at the depths the rule set has.
+        """
         host_depths = self._host_depths
         full_host = url.host
         path = url.path.lower()  # rule paths are lower-case: matching ignores case
         query = None if url.query is None else url.query.lower()
         candidates: list[tuple[int, int, bool]] | None = None
         for level, (start, labels) in enumerate(_suffix_starts(url)):
-            if not host_depths >> min(labels, 63) & 1:
-                continue
+            if not host_depths >> min(labels, 63) & 1 and (level or probes is None):
+                continue  # no rule has a host with this many labels (the URL's own is shown)
             host = full_host[start:]
-            if probes is not None:
-                probes.append(host)
             depths = self._probe(self._hosts, self._host_mask, host)
             if not depths:
+                if probes is not None:
+                    probes.append(f"{host} (no rules for this host)")
                 continue
             if candidates is None:
                 candidates = _path_candidates(path, query)
@@ -576,25 +858,33 @@ class SnapshotMatcher:
                 value = self._probe(self._exprs, self._expr_mask, expr)
                 if not value:
                     continue
-                first, count = value >> 8, value & 0xFF
+                first, count = value >> _COUNT_BITS, value & ((1 << _COUNT_BITS) - 1)
                 for rule_id in self._postings[first : first + count]:
-                    rank = self._candidate(rule_id, host, suffix, exact_path, level)
+                    rank = self._candidate(rule_id, host, suffix, exact_path, level, mask)
                     if rank is not None and (best is None or rank > best[0]):
                         best = (rank, rule_id)
             if best is not None:
-                return self.rule(best[1])
-        return None
+                return best[1]
+        return -1
 
-    def _candidate(
-        self, rule_id: int, host: str, suffix: str, exact_path: bool, level: int
+    def _candidate(  # noqa: PLR0917 (the C loop's arguments, in its order)
+        self,
+        rule_id: int,
+        host: str,
+        suffix: str,
+        exact_path: bool,
+        level: int,
+        mask: bytes | None,
     ) -> int | None:
-        """The rank of the rule (as :attr:`Rule.rank`) if it really matches here, else None
-        (a rule for another host level or path form, or a 64-bit hash collision)."""
-        off, n_pat, n_host, n_path, n_query, _src, _line, _cat, flags = self._record(rule_id)
+        """The rank of the rule if it really matches here, else None (a rule for another
+        host level, path form or category, or a 64-bit hash collision)."""
+        off, n_pat, n_host, n_path, n_query, _src, _line, category, flags = self._record(rule_id)
         if flags & (_F_EXACT_HOST | _F_IP) and level:
             return None
         anchored = flags & _F_ANCHORED
         if anchored and not exact_path:
+            return None
+        if mask is not None and not (category < len(mask) and mask[category]):
             return None
         start = self._strings_off + off + n_pat
         stored = self._mm[start : start + n_host + n_path + max(n_query, 0)]
@@ -608,30 +898,89 @@ class SnapshotMatcher:
         if not ok:
             return None
         path_len = n_path if n_query < 0 else n_path + n_query + 1
-        # Canonical hosts and paths are ASCII: byte lengths are character lengths.
-        return (
-            n_host << 20
-            | min(path_len, 0x1FFFF) << 3
-            | (4 if anchored else 0)
-            | (2 if flags & _F_EXACT_HOST else 0)
-            | (1 if flags & _F_ALLOW else 0)
+        return rank_of(
+            n_host, path_len, bool(anchored), bool(flags & _F_EXACT_HOST), bool(flags & _F_ALLOW)
         )
 
-    def decide(self, url: URL) -> Rule | None:
+    def decide(self, url: URL, categories: Collection[str] | None = None) -> Rule | None:
         """The deciding rule for a parsed URL, ``None`` when no rule matches."""
-        return self._best(url, None)
+        rule_id = self._best(url, None, self.category_mask(categories))
+        return None if rule_id < 0 else self.rule(rule_id)
 
-    def check(self, url: str | URL) -> Verdict:
+    def check(self, url: str | URL, categories: Collection[str] | None = None) -> Verdict:
         parts = url if isinstance(url, URL) else parse_url(url)
-        return Verdict.of(self._best(parts, None), parts.canonical)
+        return Verdict.of(self.decide(parts, categories), parts.canonical)
 
-    def check_many(self, urls: Iterable[str | URL]) -> list[Verdict]:
-        return [self.check(u) for u in urls]
+    def match_ids(
+        self, urls: list[str], mask: bytes | None = None, canonical: list[str | None] | None = None
+    ) -> list[int]:
+        """Rule ids for canonical-fast-path URLs in one compiled call: -1 no rule, -2 off the
+        fast path (the caller parses it); with ``canonical`` (a list as long as ``urls``),
+        each fast-path URL's canonical form is stored in it. Pure Python: every URL is -2."""
+        if _match is None:
+            return [-2] * len(urls)
+        out = np.empty(len(urls), dtype=np.int64)
+        _match(self._view, self._layout, urls, mask, out, canonical)
+        ids: list[int] = out.tolist()
+        return ids
 
-    def explain(self, url: str | URL) -> Explanation:
+    def _batch(
+        self, urls: Sequence[str | bytes | URL], mask: bytes | None, canonical: bool
+    ) -> tuple[list[Rule | InvalidURL | None], list[str | None]]:
+        """Per URL the deciding rule, ``None`` or its :class:`InvalidURL`; and, when asked,
+        the canonical forms (``None`` for an invalid URL)."""
+        texts = [u if type(u) is str else "" for u in urls]
+        forms: list[str | None] = [None] * len(texts) if canonical else []
+        ids = self.match_ids(texts, mask, forms if canonical else None)
+        out: list[Rule | InvalidURL | None] = []
+        cache = self._rule_cache
+        for at, rule_id in enumerate(ids):
+            if rule_id >= 0:
+                out.append(cache.get(rule_id) or self.rule(rule_id))
+            elif rule_id == -1:
+                out.append(None)
+            else:  # off the fast path: parsed here
+                url = urls[at]
+                try:
+                    parts = url if isinstance(url, URL) else parse_url(url)
+                except InvalidURL as exc:
+                    out.append(exc)
+                    continue
+                found = self._best(parts, None, mask)
+                if canonical:
+                    forms[at] = parts.canonical
+                out.append(None if found < 0 else self.rule(found))
+        return out, forms
+
+    def decide_many(
+        self, urls: Sequence[str | bytes | URL], categories: Collection[str] | None = None
+    ) -> list[Rule | InvalidURL | None]:
+        """Per URL the deciding rule, ``None``, or the :class:`InvalidURL` it raised: one
+        batch never stops at a bad URL. The batch path; no verdict objects are built."""
+        return self._batch(urls, self.category_mask(categories), False)[0]
+
+    def check_many(
+        self, urls: Iterable[str | URL], categories: Collection[str] | None = None
+    ) -> list[Verdict]:
+        """Verdicts in order; an invalid URL raises :class:`InvalidURL`, as in :meth:`check`."""
+        batch = urls if isinstance(urls, list) else list(urls)
+        decided, forms = self._batch(batch, self.category_mask(categories), True)
+        out = []
+        make = tuple.__new__
+        for rule, canonical in zip(decided, forms, strict=True):
+            if rule is None:
+                out.append(make(Verdict, (NONE, None, canonical)))
+            elif type(rule) is Rule:
+                out.append(make(Verdict, (rule.action, rule, canonical)))
+            else:
+                raise rule  # type: ignore[misc]
+        return out
+
+    def explain(self, url: str | URL, categories: Collection[str] | None = None) -> Explanation:
         parts = url if isinstance(url, URL) else parse_url(url)
         probes: list[str] = []
-        rule = self._best(parts, probes)
+        rule_id = self._best(parts, probes, self.category_mask(categories))
+        rule = None if rule_id < 0 else self.rule(rule_id)
         return Explanation(str(url), parts.canonical, Verdict.of(rule, parts.canonical), probes)
 
 
@@ -647,47 +996,3 @@ def is_snapshot(path: str | os.PathLike[str]) -> bool:
 def open_snapshot(path: str | os.PathLike[str], *, verify: bool = True) -> SnapshotMatcher:
     """Open a compiled snapshot (raises :class:`SnapshotError` naming the problem)."""
     return SnapshotMatcher(path, verify=verify)
-
-
-class SnapshotFilter(Filter):
-    """A :class:`~urlsieve.Filter` answering from a compiled snapshot (``Filter.load``).
-
-    The same verdicts and explanations as the filter the snapshot was compiled
-    from; the per-file load reports stay with the compile step.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], *, verify: bool = True) -> None:
-        # Filter.__init__ builds an in-memory matcher: not wanted here.
-        self._snapshot = SnapshotMatcher(path, verify=verify)
-        self._load = LoadResult()
-
-    @property
-    def info(self) -> SnapshotInfo:
-        """The snapshot's header and metadata (version, rule count, creation time…)."""
-        return self._snapshot.info
-
-    @property
-    def matcher(self) -> SnapshotMatcher:
-        return self._snapshot
-
-    def close(self) -> None:
-        self._snapshot.close()
-
-    def __len__(self) -> int:
-        return len(self._snapshot)
-
-    @property
-    def rules(self) -> list[Rule]:
-        return [self._snapshot.rule(i) for i in range(len(self._snapshot))]
-
-    def check(self, url: str | URL) -> Verdict:
-        return self._snapshot.check(url)
-
-    def match(self, url: URL) -> Rule | None:
-        return self._snapshot.decide(url)
-
-    def check_many(self, urls: Iterable[str | URL]) -> list[Verdict]:
-        return self._snapshot.check_many(urls)
-
-    def explain(self, url: str | URL) -> Explanation:
-        return self._snapshot.explain(url)

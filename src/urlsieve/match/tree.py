@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from urlsieve.match.base import Verdict, better, resolve_rules
+from urlsieve.match.base import ReferenceMatcher, better, resolve_rules
 from urlsieve.rules.model import Rule
-from urlsieve.url import URL, parse_url
+from urlsieve.url import URL
 
 __all__ = ["DecompositionTree"]
 
@@ -101,7 +101,7 @@ def _labels(host: str, is_ip: bool) -> list[str]:
     return host.split(".")[::-1]
 
 
-class DecompositionTree:
+class DecompositionTree(ReferenceMatcher):
     """Host labels, then path segments, one tree node each; see the module docstring."""
 
     name = "tree"
@@ -128,7 +128,11 @@ class DecompositionTree:
     def __len__(self) -> int:
         return len(self._rules)
 
-    def _decide(self, url: URL) -> Rule | None:
+    @property
+    def rules(self) -> list[Rule]:
+        return list(self._rules)
+
+    def _decide(self, url: URL, trace: list[str] | None = None) -> Rule | None:
         labels = _labels(url.host, url.is_ip)
         segments = url.path.lower()[1:].split("/")  # rule paths are lower-case
         query = None if url.query is None else url.query.lower()
@@ -145,10 +149,3 @@ class DecompositionTree:
             if i == last and node.exact is not None:
                 best = node.exact.best(segments, query, best)
         return best
-
-    def check(self, url: str | URL) -> Verdict:
-        parts = url if isinstance(url, URL) else parse_url(url)
-        return Verdict.of(self._decide(parts), parts.canonical)
-
-    def check_many(self, urls: Iterable[str | URL]) -> list[Verdict]:
-        return [self.check(url) for url in urls]

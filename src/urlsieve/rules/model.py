@@ -27,7 +27,7 @@ from typing import NamedTuple
 from urlsieve.exceptions import InvalidURL, RuleSyntaxError
 from urlsieve.url import is_public_suffix, parse_url
 
-__all__ = ["ALLOW", "BLOCK", "NONE", "Rule", "RuleKey", "parse_rule"]
+__all__ = ["ALLOW", "BLOCK", "NONE", "Rule", "RuleKey", "parse_rule", "rank_of", "storage_keys"]
 
 BLOCK = "block"
 ALLOW = "allow"
@@ -39,6 +39,34 @@ RuleKey = tuple[str, bool, str, bool, str | None]
 _WHITESPACE = re.compile(r"\s")
 # The canonicaliser's own fast-path host (lower-case labels, last one not numeric).
 _CANONICAL_HOST = re.compile(r"(?:[a-z0-9_-]++\.)*+[a-z][a-z0-9_-]*+")
+
+
+def rank_of(host_len: int, path_len: int, anchored: bool, exact_host: bool, allow: bool) -> int:
+    """The precedence of a rule, every engine's (``_speedups.c`` computes the same).
+
+    ``(host length, path length with "?query", anchored, exact host, allow)`` packed
+    into one int, compared as that tuple would be: the longer host wins, then the
+    longer path, then an anchored rule, then an exact-host rule; on a tie ``allow``.
+    Canonical hosts and paths are ASCII, so characters and bytes count the same.
+    """
+    return host_len << 20 | min(path_len, 0x1FFFF) << 3 | anchored << 2 | exact_host << 1 | allow
+
+
+def storage_keys(rule: Rule) -> tuple[str, ...]:
+    """The lookup expressions (``host + path[?query]``) a rule is stored under.
+
+    A request probes, per host level, the path with its query, the path, and each
+    prefix ending at a ``/`` (:func:`urlsieve.url.lookup_expressions`); a rule is
+    stored under each expression that can name a URL it matches:
+    ``example.com/ads`` under ``/ads`` (the path itself) and ``/ads/`` (every
+    path below it); ``/ads/``, ``/ads|`` and a rule with a query under one.
+    """
+    base = rule.host + rule.path
+    if rule.query is not None:
+        return (f"{base}?{rule.query}",)
+    if rule.anchored or rule.path.endswith("/"):
+        return (base,)
+    return (base, base + "/")
 
 
 class _RuleFields(NamedTuple):
@@ -87,15 +115,7 @@ class Rule(_RuleFields):
         if action != BLOCK and action != ALLOW:  # noqa: PLR1714 (faster than a tuple test)
             raise ValueError(f"rule action must be 'block' or 'allow', not {action!r}")
         path_len = len(path) if query is None else len(path) + len(query) + 1
-        # (host length, path length, anchored, exact host, allow) packed into one int,
-        # compared as that tuple would be.
-        rank = (
-            len(host) << 20
-            | min(path_len, 0x1FFFF) << 3
-            | anchored << 2
-            | exact_host << 1
-            | (action == ALLOW)
-        )
+        rank = rank_of(len(host), path_len, anchored, exact_host, action == ALLOW)
         return tuple.__new__(
             cls,
             (

@@ -1,0 +1,198 @@
+"""The compiled engine: its C batch path held equal to the Python reference, categories chosen
+per request, and the C entry point's refusal of misuse."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.gateway import rulegen
+from urlsieve import Filter, InvalidURL, parse_url
+from urlsieve._accel import speedups
+from urlsieve.match import HashMatcher
+from urlsieve.match.snapshot import SnapshotBuilder, SnapshotMatcher
+from urlsieve.rules.model import ALLOW, BLOCK, Rule, RuleSyntaxError, parse_rule
+
+compiled = pytest.mark.skipif(
+    speedups is None or not hasattr(speedups, "snapshot_match"),
+    reason="urlsieve._speedups built without xxhash.h: no compiled batch to compare",
+)
+
+CATEGORIES = ["c0", "c1", "c2", "c3"]
+
+
+def rules_from(patterns: list[str], seed: int) -> list[Rule]:
+    rnd = random.Random(seed)
+    out = []
+    for number, pattern in enumerate(patterns, 1):
+        action = ALLOW if rnd.random() < 0.25 else BLOCK
+        try:
+            out.append(parse_rule(pattern, action, rnd.choice(CATEGORIES), "gen.txt", number))
+        except RuleSyntaxError:
+            continue
+    return out
+
+
+def reference_ids(matcher: SnapshotMatcher, urls: list[str], mask: bytes | None) -> list[int]:
+    out = []
+    for url in urls:
+        try:
+            out.append(matcher._best(parse_url(url), None, mask))
+        except InvalidURL:
+            out.append(-3)
+    return out
+
+
+def assert_batch_equals_reference(matcher: SnapshotMatcher, urls: list[str]) -> int:
+    """Every URL the C path answers gets the reference's rule, for every category choice;
+    returns how many it answered."""
+    answered = 0
+    for chosen in (None, ["c0"], ["c1", "c3"], [], CATEGORIES):
+        mask = matcher.category_mask(chosen)
+        got = matcher.match_ids(urls, mask)
+        want = reference_ids(matcher, urls, mask)
+        for url, g, w in zip(urls, got, want, strict=True):
+            if g != -2:
+                answered += 1
+                assert g == w, (url, chosen, g, w)
+    return answered
+
+
+@compiled
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_compiled_batch_equals_the_reference(seed: int) -> None:
+    rules = rules_from(rulegen.random_rules(500, seed), seed)
+    matcher = SnapshotMatcher.from_rules(rules)
+    urls = rulegen.random_urls(3000, seed + 50)
+    # Most generated URLs are canonical or scheme-less canonical: the C path must take them.
+    assert assert_batch_equals_reference(matcher, urls) > 5 * 3000 * 0.6
+
+
+url_text = st.one_of(
+    st.builds(lambda r: r, st.sampled_from(rulegen.random_urls(400, 9))),
+    st.text(alphabet=st.sampled_from("abcehilmoptwxy.:/?=&%-_019AEX#\\ "), max_size=60),
+    st.text(max_size=40),
+)
+
+
+@compiled
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    patterns=st.lists(st.sampled_from(rulegen.random_rules(300, 4)), min_size=1, max_size=40),
+    urls=st.lists(url_text, max_size=30),
+    seed=st.integers(0, 1000),
+)
+def test_compiled_batch_equals_the_reference_on_generated_sets(
+    patterns: list[str], urls: list[str], seed: int
+) -> None:
+    matcher = SnapshotMatcher.from_rules(rules_from(patterns, seed))
+    assert_batch_equals_reference(matcher, urls)
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_categories_chosen_per_request_equal_a_filter_of_those_categories(seed: int) -> None:
+    rules = rules_from(rulegen.random_rules(600, seed), seed)
+    everything = Filter(rules)
+    urls = rulegen.random_urls(3000, seed + 70)
+    decided = 0
+    for chosen in (["c0"], ["c1", "c2"], CATEGORIES, []):
+        only = Filter(HashMatcher([r for r in rules if r.category in chosen]))
+        selected = everything.select(chosen)
+        got_batch = everything.match_many(urls, chosen)
+        for url, in_batch in zip(urls, got_batch, strict=True):
+            try:
+                want = only.check(url)
+            except InvalidURL:
+                assert isinstance(in_batch, InvalidURL)
+                continue
+            got = everything.check(url, chosen)
+            assert (got.action, got.canonical) == (want.action, want.canonical), (url, chosen)
+            assert got.rule == want.rule or (
+                got.rule and want.rule and got.rule.key == want.rule.key
+            )
+            assert selected.check(url) == got
+            assert in_batch == got.rule
+            decided += got.rule is not None
+    assert decided > 500
+
+
+def test_a_category_choice_by_alias_and_an_unknown_name() -> None:
+    builder = SnapshotBuilder()
+    builder.add(parse_rule("evil.com", BLOCK, "adult"))
+    builder.add(parse_rule("ads.com", BLOCK, "ads"))
+    flt = Filter(SnapshotMatcher.from_image(builder.build({"aliases": {"porn": "adult"}})))
+    assert flt.check("http://evil.com/", ["porn"]).action == "block"
+    assert flt.check("http://ads.com/", ["porn"]).action == "none"
+    assert flt.check("http://evil.com/", ["nosuch"]).action == "none"
+    assert flt.check("http://evil.com/").action == "block"
+
+
+def test_one_rule_per_key_and_category() -> None:
+    rules = [
+        parse_rule("evil.com", BLOCK, "a", "a.txt", 1),
+        parse_rule("evil.com", BLOCK, "a", "a.txt", 2),  # a duplicate: the first stays
+        parse_rule("evil.com", ALLOW, "b", "b.txt", 1),
+        parse_rule("evil.com", BLOCK, "b", "b.txt", 2),  # allow wins within b
+    ]
+    flt = Filter(rules)
+    assert sorted((r.category, r.action, r.line) for r in flt.rules) == [
+        ("a", "block", 1),
+        ("b", "allow", 1),
+    ]
+    assert flt.check("http://evil.com/").action == "allow"  # every category: allow wins
+    assert flt.check("http://evil.com/", ["a"]).rule.line == 1  # type: ignore[union-attr]
+    assert flt.check("http://evil.com/", ["b"]).action == "allow"
+
+
+def test_the_reference_engines_refuse_a_category_choice() -> None:
+    flt = Filter(HashMatcher([parse_rule("evil.com")]))
+    assert flt.check("http://evil.com/").blocked
+    with pytest.raises(ValueError, match="decides on every category"):
+        flt.check("http://evil.com/", ["x"])
+
+
+@compiled
+def test_the_compiled_entry_point_refuses_misuse_with_typed_errors() -> None:
+    matcher = SnapshotMatcher.from_rules([parse_rule("evil.com")])
+    fn = speedups.snapshot_match  # type: ignore[union-attr]
+    view, layout = matcher._view, matcher._layout
+    out = np.empty(1, dtype=np.int64)
+    with pytest.raises(TypeError):
+        fn(view, layout, ["http://evil.com/"], None)
+    with pytest.raises(TypeError):
+        fn(view, layout[:-1], ["http://evil.com/"], None, out)
+    with pytest.raises(TypeError):
+        fn(view, layout, ("http://evil.com/",), None, out)
+    with pytest.raises(TypeError):
+        fn(view, layout, [b"http://evil.com/"], None, out)
+    with pytest.raises(ValueError, match="layout does not fit"):
+        fn(view, layout, ["a", "b"], None, out)  # out too short
+    for at in range(len(layout) - 1):  # every offset or size pushed out of the image
+        broken = list(layout)
+        broken[at] = 1 << 40
+        with pytest.raises(ValueError, match="layout does not fit"):
+            fn(view, tuple(broken), ["http://evil.com/"], None, out)
+    with pytest.raises(OverflowError):
+        fn(view, (-1, *layout[1:]), ["http://evil.com/"], None, out)
+    fn(view, layout, ["http://evil.com/"], b"", out)  # an empty mask enforces nothing
+    assert out[0] == -1
+    fn(view, layout, ["http://evil.com/"], None, out)
+    assert out[0] == 0
+
+
+@compiled
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=0, max_size=2048), st.lists(url_text, max_size=5))
+def test_a_damaged_image_gives_answers_never_a_crash(noise: bytes, urls: list[str]) -> None:
+    """Bytes of the body overwritten at random: the C path reads only inside the image."""
+    matcher = SnapshotMatcher.from_rules(rules_from(rulegen.random_rules(80, 3), 3))
+    image = bytearray(matcher.image)
+    start = 192 + (len(noise) * 7919) % (len(image) - 192)
+    image[start : start + len(noise)] = noise[: len(image) - start]
+    out = np.empty(len(urls), dtype=np.int64)
+    speedups.snapshot_match(bytes(image), matcher._layout, urls, None, out)  # type: ignore[union-attr]
+    assert all(-2 <= int(i) < len(matcher) for i in out)
