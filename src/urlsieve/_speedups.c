@@ -809,6 +809,118 @@ squid_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+#ifdef URLSIEVE_XXHASH
+/* ---------------------------------------------------------------------------------------
+ * The seen stores' batch fingerprints (urlsieve/fingerprint.py; the reference is
+ * xxhash over canonicalize(url).encode("ascii"), which the tests hold this equal to).
+ * For each URL on the canonical fast path: xxh3-64 of its canonical form into out[k]
+ * (bits 64), or xxh3-128 as (high, low) into out[2k], out[2k+1] (bits 128). Returns the
+ * positions of the other URLs, which the caller fingerprints in Python. The loop over
+ * the URLs' bytes runs without the GIL.
+ */
+static PyObject *
+canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "canonical_hashes(urls, allow_query, bits, out) takes 4 arguments");
+        return NULL;
+    }
+    PyObject *urls = args[0];
+    if (!PyList_Check(urls)) {
+        PyErr_SetString(PyExc_TypeError, "canonical_hashes: urls must be a list");
+        return NULL;
+    }
+    int allow_query = PyObject_IsTrue(args[1]);
+    if (allow_query < 0) return NULL;
+    long bits = PyLong_AsLong(args[2]);
+    if (bits == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer out;
+    if (PyObject_GetBuffer(args[3], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(urls);
+    if ((bits != 64 && bits != 128) || out.len != n * (bits / 8)) {
+        PyBuffer_Release(&out);
+        PyErr_SetString(PyExc_ValueError,
+                        "canonical_hashes: bits is 64 or 128 and out holds n (64) or 2n (128) "
+                        "uint64");
+        return NULL;
+    }
+    /* The URLs' data and lengths, taken with the GIL; non-str or non-ASCII: -1. */
+    const unsigned char **data = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*data));
+    Py_ssize_t *lens = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*lens));
+    unsigned char *flags = PyMem_Malloc((size_t)(n ? n : 1));
+    unsigned char *buf = PyMem_Malloc(MAX_URL + 16);
+    PyObject *refs = PyList_GetSlice(urls, 0, n); /* keeps every string alive */
+    PyObject *result = NULL;
+    if (data == NULL || lens == NULL || flags == NULL || buf == NULL || refs == NULL) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *url = PyList_GET_ITEM(refs, k);
+        if (PyUnicode_Check(url) && PyUnicode_IS_ASCII(url)
+            && PyUnicode_GET_LENGTH(url) <= MAX_URL) {
+            data[k] = PyUnicode_1BYTE_DATA(url);
+            lens[k] = PyUnicode_GET_LENGTH(url);
+        } else {
+            data[k] = NULL;
+            lens[k] = -1;
+        }
+    }
+    uint64_t *o = out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < n; k++) {
+        spans sp;
+        flags[k] = 0;
+        if (data[k] == NULL || !scan_canonical(data[k], lens[k], allow_query, &sp)) continue;
+        flags[k] = 1;
+        const unsigned char *s = data[k];
+        Py_ssize_t len = lens[k];
+        const unsigned char *text = s;
+        size_t tlen = (size_t)len;
+        if (!sp.has_scheme || !sp.has_path) { /* the canonical form adds http:// or a "/" */
+            Py_ssize_t prefix = sp.has_scheme ? 0 : 7, slash = sp.has_path ? 0 : 1;
+            if (prefix) memcpy(buf, "http://", 7);
+            memcpy(buf + prefix, s, (size_t)sp.host_end);
+            if (slash) buf[prefix + sp.host_end] = '/';
+            memcpy(buf + prefix + sp.host_end + slash, s + sp.host_end,
+                   (size_t)(len - sp.host_end));
+            text = buf;
+            tlen = (size_t)(len + prefix + slash);
+        }
+        if (bits == 64) {
+            o[k] = XXH3_64bits(text, tlen);
+        } else {
+            XXH128_hash_t h = XXH3_128bits(text, tlen);
+            o[2 * k] = h.high64;
+            o[2 * k + 1] = h.low64;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyList_New(0);
+    if (result == NULL) goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (flags[k]) continue;
+        PyObject *at = PyLong_FromSsize_t(k);
+        if (at == NULL || PyList_Append(result, at) < 0) {
+            Py_XDECREF(at);
+            Py_CLEAR(result);
+            goto done;
+        }
+        Py_DECREF(at);
+    }
+done:
+    Py_XDECREF(refs);
+    PyMem_Free(data);
+    PyMem_Free(lens);
+    PyMem_Free(flags);
+    PyMem_Free(buf);
+    PyBuffer_Release(&out);
+    return result;
+}
+#endif /* URLSIEVE_XXHASH */
+
 static PyMethodDef methods[] = {
     {"fast_canonical", (PyCFunction)(void (*)(void))fast_canonical, METH_FASTCALL,
      "fast_canonical(url, allow_query) -> str | None\n\n"
@@ -826,6 +938,12 @@ static PyMethodDef methods[] = {
      "Per URL of the list, the id of the deciding rule of a compiled image into out\n"
      "(int64): -1 when no rule matches, -2 off the canonical fast path; with a list\n"
      "`canonical` as long as urls, each fast-path URL's canonical form is stored in it."},
+#endif
+#ifdef URLSIEVE_XXHASH
+    {"canonical_hashes", (PyCFunction)(void (*)(void))canonical_hashes, METH_FASTCALL,
+     "canonical_hashes(urls, allow_query, bits, out) -> list[int]\n\n"
+     "xxh3-64 (bits 64) or xxh3-128 as (high, low) (bits 128) of each fast-path URL's\n"
+     "canonical form into out (uint64); returns the positions of the other URLs."},
 #endif
     {"squid_scan", (PyCFunction)(void (*)(void))squid_scan, METH_FASTCALL,
      "squid_scan(lines, channels, escaped, out) -> list[str | None]\n\n"

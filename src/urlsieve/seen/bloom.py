@@ -53,6 +53,7 @@ import xxhash
 
 from urlsieve._accel import speedups
 from urlsieve.exceptions import ConfigError, StoreCorrupt, StoreFull
+from urlsieve.fingerprint import fingerprint_array128
 from urlsieve.seen._mapped import (
     HEADER_SIZE,
     U64,
@@ -354,10 +355,7 @@ class BloomStore(MappedStore):
         return value >> 64, value & _M64
 
     def _fingerprints(self, urls: Iterable[str]) -> U64:
-        profile = self._profile
-        digest = xxhash.xxh3_128_digest
-        joined = b"".join([digest(canonicalize(u, profile).encode("ascii")) for u in urls])
-        return np.frombuffer(joined, dtype=">u8").astype(np.uint64).reshape(-1, 2)
+        return fingerprint_array128(urls, self._profile)
 
     # ------------------------------------------------------------ one at a time
 

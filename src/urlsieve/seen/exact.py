@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from urlsieve.exceptions import ConfigError, StoreCorrupt
-from urlsieve.fingerprint import fingerprint64, fingerprints64
+from urlsieve.fingerprint import fingerprint64, fingerprint_array64
 from urlsieve.seen._files import fsync_dir, os_error
 from urlsieve.seen._mapped import (
     HEADER_SIZE,
@@ -253,7 +253,7 @@ class ExactStore(MappedStore):
         return fingerprint64(url, self._profile) or 1
 
     def _fingerprints(self, urls: Iterable[str]) -> U64:
-        keys = np.array(fingerprints64(urls, self._profile), dtype=np.uint64)
+        keys = fingerprint_array64(urls, self._profile)
         keys[keys == 0] = 1
         return keys
 

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from urlsieve.exceptions import ConfigError, StoreCorrupt
-from urlsieve.fingerprint import fingerprints128
+from urlsieve.fingerprint import fingerprint_array128
 from urlsieve.seen.base import StoreStats
 from urlsieve.seen.valkey._client import Cmd
 from urlsieve.seen.valkey._resp import constant
@@ -76,8 +76,7 @@ def hash_pairs(
     urls: list[str], profile: Any
 ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
     """The two 64-bit halves of each URL's 128-bit fingerprint."""
-    raw = b"".join(fingerprints128(urls, profile))
-    halves = np.frombuffer(raw, dtype=">u8").reshape(-1, 2).astype(np.uint64)
+    halves = fingerprint_array128(urls, profile)
     return halves[:, 0].copy(), halves[:, 1].copy()
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from urlsieve.exceptions import ConfigError
-from urlsieve.fingerprint import fingerprints64
+from urlsieve.fingerprint import fingerprint_array64
 from urlsieve.seen.base import StoreStats
 from urlsieve.seen.valkey._client import Cmd, Script
 from urlsieve.seen.valkey._store import Decoder, ValkeyStore, flags_from_string, group_by
@@ -91,7 +91,7 @@ class ExactStore(ValkeyStore):
         self._bases = [f"{{{self.prefix}:x{s}}}:" for s in range(self._shards)]
 
     def _prepare(self, urls: list[str]) -> Any:
-        fps = np.array(fingerprints64(urls, self.profile), dtype=np.uint64)
+        fps = fingerprint_array64(urls, self.profile)
         bucket = fps >> np.uint64(64 - self._bits)
         member = fps & np.uint64((1 << (64 - self._bits)) - 1)
         shard = bucket % np.uint64(self._shards)
