@@ -33,10 +33,15 @@
 
 enum { HOST = 1, SEG_FIRST = 2, SEG_REST = 4, QUERY = 8 };
 static unsigned char cls[128];
+static unsigned char quote_safe[256]; /* A-Z a-z 0-9 _ . - ~ */
 
 static void
 init_classes(void)
 {
+    for (int c = 0; c < 256; c++) {
+        quote_safe[c] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+                        || c == '_' || c == '.' || c == '-' || c == '~';
+    }
     for (int c = 'a'; c <= 'z'; c++) cls[c] |= HOST;
     for (int c = '0'; c <= '9'; c++) cls[c] |= HOST;
     cls['_'] |= HOST;
@@ -921,6 +926,40 @@ done:
 }
 #endif /* URLSIEVE_XXHASH */
 
+/* ---------------------------------------------------------------------------------------
+ * quote_all(text): text's bytes percent-encoded but A-Z a-z 0-9 _ . - ~, for ASCII text
+ * (urlsieve/gateway/protocol.py's _quote_all is the reference; None for other text).
+ */
+static PyObject *
+quote_all(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "quote_all: expected str, not %.100s", Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(arg)) Py_RETURN_NONE;
+    const unsigned char *s = PyUnicode_1BYTE_DATA(arg);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(arg), extra = 0;
+    for (Py_ssize_t i = 0; i < n; i++) extra += quote_safe[s[i]] ? 0 : 2;
+    if (extra == 0) return Py_NewRef(arg);
+    PyObject *out = PyUnicode_New(n + extra, 127);
+    if (out == NULL) return NULL;
+    unsigned char *o = PyUnicode_1BYTE_DATA(out);
+    static const char hex[] = "0123456789ABCDEF";
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (quote_safe[c]) {
+            *o++ = c;
+        } else {
+            *o++ = '%';
+            *o++ = (unsigned char)hex[c >> 4];
+            *o++ = (unsigned char)hex[c & 15];
+        }
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"fast_canonical", (PyCFunction)(void (*)(void))fast_canonical, METH_FASTCALL,
      "fast_canonical(url, allow_query) -> str | None\n\n"
@@ -945,6 +984,9 @@ static PyMethodDef methods[] = {
      "xxh3-64 (bits 64) or xxh3-128 as (high, low) (bits 128) of each fast-path URL's\n"
      "canonical form into out (uint64); returns the positions of the other URLs."},
 #endif
+    {"quote_all", (PyCFunction)quote_all, METH_O,
+     "quote_all(text) -> str | None\n\n"
+     "ASCII text percent-encoded but A-Z a-z 0-9 _ . - ~ (None for non-ASCII text)."},
     {"squid_scan", (PyCFunction)(void (*)(void))squid_scan, METH_FASTCALL,
      "squid_scan(lines, channels, escaped, out) -> list[str | None]\n\n"
      "The URL of each plain Squid request line (None: parse it in Python); out gets\n"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from urlsieve.exceptions import InvalidURL
 from urlsieve.match.base import Explanation, Matcher, Verdict
@@ -223,6 +223,32 @@ class Filter:
         """The streaming batch path: per URL the deciding rule, ``None``, or the
         :class:`~urlsieve.InvalidURL` it raised (a bad URL never stops the batch)."""
         return self._matcher.decide_many(urls, self._chosen(categories))
+
+    def decide_ids(
+        self, urls: Sequence[str], categories: Categories = None
+    ) -> list[int | InvalidURL]:
+        """The batch path without rule objects: per URL the deciding rule's id (:meth:`rule`
+        gives the rule), -1 for none, or the :class:`~urlsieve.InvalidURL` it raised.
+        :class:`TypeError` for an engine without rule ids (the reference engines)."""
+        decide: Callable[..., list[int | InvalidURL]] | None = getattr(
+            self._matcher, "decide_ids", None
+        )
+        if decide is None:
+            raise TypeError(f"the {self._matcher.name} engine has no rule ids")
+        return decide(urls, self._chosen(categories))
+
+    def provenance(self, rule_id: int) -> tuple[str, str, str | None, int | None]:
+        """``(action, category, source, line)`` of the rule with an id :meth:`decide_ids` gave,
+        without rebuilding the rule."""
+        found: tuple[str, str, str | None, int | None] = self._matcher.provenance(  # type: ignore[attr-defined]
+            rule_id
+        )
+        return found
+
+    def rule(self, rule_id: int) -> Rule:
+        """The rule with an id :meth:`decide_ids` gave."""
+        rule: Rule = self._matcher.rule(rule_id)  # type: ignore[attr-defined]
+        return rule
 
     def explain(self, url: str | URL, categories: Categories = None) -> Explanation:
         """The canonical URL, the expressions probed (most specific first), the deciding rule."""

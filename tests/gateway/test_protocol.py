@@ -309,3 +309,14 @@ def test_the_compiled_line_scan_refuses_misuse() -> None:
         _scan([b"x"], 3, False, out)  # type: ignore[misc]
     assert _scan([b"3 http://a.example/ 10.0.0.1"], 2, False, out) == ["http://a.example/"]  # type: ignore[misc]
     assert out[0] == 3
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text())
+def test_the_compiled_quote_equals_the_reference(text: str) -> None:
+    from urllib.parse import quote_from_bytes
+
+    from urlsieve.gateway.protocol import _quote_all, _quote_all_py
+    from urlsieve.url.path import to_bytes
+
+    assert _quote_all(text) == _quote_all_py(text) == quote_from_bytes(to_bytes(text), safe="")

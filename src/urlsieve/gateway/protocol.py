@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from urllib.parse import unquote_to_bytes
 
+from urlsieve._accel import speedups
 from urlsieve.exceptions import ConfigError, HelperProtocolError
 from urlsieve.url.path import to_bytes
 
@@ -284,10 +285,27 @@ _QUOTED = [
 ]
 
 
-def _quote_all(value: str) -> str:
+_QUOTE_ASCII = {b: _QUOTED[b] for b in range(128) if len(_QUOTED[b]) > 1}
+
+
+def _quote_all_py(value: str) -> str:
     """``value``'s bytes percent-encoded but ``A-Z a-z 0-9 _ . - ~`` (``quote_from_bytes``
     with ``safe=""``, by table: the block page of every blocked request needs it)."""
+    if value.isascii():
+        return value.translate(_QUOTE_ASCII)
     return "".join(map(_QUOTED.__getitem__, to_bytes(value)))
+
+
+_quote_c = getattr(speedups, "quote_all", None)
+
+
+def _quote_all(value: str) -> str:
+    """:func:`_quote_all_py`, compiled for ASCII text when the extension is built."""
+    if _quote_c is not None:
+        quoted: str | None = _quote_c(value)
+        if quoted is not None:
+            return quoted
+    return _quote_all_py(value)
 
 
 @functools.lru_cache(maxsize=64)
@@ -310,6 +328,32 @@ def _parsed_template(template: str) -> tuple[tuple[str, str | None], ...]:
 @functools.lru_cache(maxsize=4096)
 def _quote_cached(value: str) -> str:
     return _quote_all(value)
+
+
+def template_pieces(template: str, *, category: str | None, rule: str | None) -> list[str]:
+    """The block page of one rule cut at each ``%u``: joined by the quoted URL, the pieces
+    give :func:`render_template`'s page (for a template without client or user fields)."""
+    pieces = [""]
+    for literal, code in _parsed_template(template):
+        pieces[-1] += literal
+        if code == "u":
+            pieces.append("")
+        elif code in ("c", "t"):
+            pieces[-1] += _quote_cached(category or "-")
+        elif code == "r":
+            pieces[-1] += _quote_all(rule or "-")
+        elif code is not None:  # a client or user field, absent here
+            pieces[-1] += "-"
+    return pieces
+
+
+def template_is_plain(template: str) -> bool:
+    """Whether the template's own text needs no escaping in a reply value (printable ASCII
+    without ``"`` or ``\\``): the substituted values never do, once percent-encoded."""
+    return all(
+        literal.isascii() and literal.isprintable() and '"' not in literal and "\\" not in literal
+        for literal, _code in _parsed_template(template)
+    )
 
 
 def render_template(

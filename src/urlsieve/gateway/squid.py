@@ -43,18 +43,24 @@ from urlsieve.gateway.protocol import (
     HelperMode,
     HelperRequest,
     ProtocolError,
+    _quote_all,
     acl_readings,
     format_reply,
     leading_channel,
     parse_request,
     render_template,
+    template_is_plain,
+    template_pieces,
 )
 
 __all__ = ["HelperSettings", "HelperStats", "SquidHelper", "serve"]
 
 # The compiled line scan (reference: protocol.parse_request, held equal by the tests).
 _scan = getattr(speedups, "squid_scan", None)
-ALLOW = "allow"
+# Reply pieces of a rule id: nothing to render (allowed), or the usual path renders it.
+_ALLOWED: tuple[str, ...] = ("ERR",)
+_SLOW: tuple[str, ...] = ("slow",)
+_MAX_PIECES = 1 << 16
 
 #: The category reported (``tag=``) when the failure mode blocks.
 FAILURE_CATEGORY = "urlsieve-failure"
@@ -79,7 +85,11 @@ class _Verdict(Protocol):
 class _Checker(Protocol):
     def check(self, url: str) -> _Verdict: ...
 
-    def match_many(self, urls: Sequence[str]) -> Sequence[_Rule | Exception | None]: ...
+    def decide_ids(self, urls: Sequence[str]) -> Sequence[int | Exception]: ...
+
+    def rule(self, rule_id: int) -> _Rule: ...
+
+    def provenance(self, rule_id: int) -> tuple[str, str, str | None, int | None]: ...
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,9 @@ class SquidHelper:
         self._escaped = (
             settings.mode is HelperMode.ACL if settings.escaped is None else settings.escaped
         )
+        self._plain_template = template_is_plain(settings.redirect_url or "")
+        self._replies_for: object = None
+        self._pieces: dict[int, tuple[str, ...]] = {}
         # Whether a block reply needs the request's client or user fields (%a %n %i).
         self._fields = settings.mode is not HelperMode.ACL and bool(
             re.search(r"(?<!%)(?:%%)*%[ani]", settings.redirect_url or "")
@@ -150,6 +163,8 @@ class SquidHelper:
 
     def _handle_batch(self, lines: Sequence[bytes]) -> list[str]:
         rules = self.rules.get()  # no rules: the batch fails as a whole, handle() answers
+        if rules is not self._replies_for:  # new rules: the cached reply pieces go
+            self._replies_for, self._pieces = rules, {}
         channels = self.settings.channels
         lines = list(lines)
         ids = np.empty(len(lines), dtype=np.int64)
@@ -160,28 +175,66 @@ class SquidHelper:
             urls = self._scan_py(lines, ids)
         plain = [u for u in urls if u is not None]
         # Nothing is counted or logged before this call: if it fails, handle() starts afresh.
-        decided = iter(rules.match_many(plain) if plain else ())
+        decided = iter(rules.decide_ids(plain) if plain else ())
         channel_ids: list[int] = ids.tolist()
         replies = []
         stats = self.stats
+        pieces = self._pieces
         for line, url, channel in zip(lines, urls, channel_ids, strict=True):
             if url is None:  # not a plain request line: parsed and answered on its own
                 replies.append(self.handle(line))
                 continue
-            rule = next(decided)
-            if rule is None or getattr(rule, "action", None) == ALLOW:
+            rule_id = next(decided)
+            if type(rule_id) is not int:  # not a URL: the failure mode, with why
+                replies.append(self.handle(line))
+                continue
+            known = pieces.get(rule_id) if rule_id >= 0 else _ALLOWED
+            if known is None:
+                if len(pieces) >= _MAX_PIECES:
+                    pieces.clear()
+                known = pieces[rule_id] = self._pieces_of(*rules.provenance(rule_id))
+            if known is _ALLOWED:
                 stats.requests += 1
                 stats.allowed += 1
                 replies.append("ERR\n" if channel < 0 else f"{channel} ERR\n")
-            elif isinstance(rule, Exception):  # not a URL: the failure mode, with why
-                replies.append(self.handle(line))
-            elif self._fields:  # the block page names the client or user: read them
+            elif known is _SLOW:  # a block page naming the client: the request is read
                 request = parse_request(line, channels=channels, escaped=self._escaped)
-                replies.append(self._reply(request, rule))
+                replies.append(self._reply(request, rules.rule(rule_id)))
             else:
-                request = HelperRequest(None if channel < 0 else str(channel), url)
-                replies.append(self._reply(request, rule))
+                stats.requests += 1
+                stats.blocked += 1
+                head = "" if channel < 0 else f"{channel} "
+                quoted = _quote_all(url)
+                replies.append(head + quoted.join(known))
         return replies
+
+    def _pieces_of(
+        self, action: str, category: str, source: str | None, line: int | None
+    ) -> tuple[str, ...]:
+        """What the block reply of a rule is made of around the quoted URL (joined by it),
+        ``_ALLOWED`` for an allow rule, ``_SLOW`` when the reply needs the request's fields
+        or escaping (the usual path renders it)."""
+        if action != "block":
+            return _ALLOWED
+        settings = self.settings
+        where = "-" if source is None else source if line is None else f"{source}:{line}"
+        if settings.mode is HelperMode.ACL:
+            why = f"blocked by {where}"
+            return (format_reply(None, "OK", tag=category or "-", message=why, log=why),)
+        if self._fields:
+            return _SLOW
+        if not self._plain_template:
+            return _SLOW  # a template needing quote_value's escapes: the usual path renders it
+        pieces = template_pieces(settings.redirect_url or "", category=category, rule=where)
+        if settings.mode is HelperMode.REWRITE:
+            head = 'OK rewrite-url="'
+        else:
+            head = f'OK status={settings.redirect_status} url="'
+        return (
+            (head + pieces[0], *pieces[1:-1], pieces[-1] + '"\n')
+            if len(pieces) > 1
+            else (head + pieces[0] + '"\n',)
+        )
 
     def _scan_py(self, lines: list[bytes], ids: np.ndarray) -> list[str | None]:
         """:func:`urlsieve._speedups.squid_scan` without the extension: every line parsed."""

@@ -774,6 +774,8 @@ class SnapshotMatcher:
         return 0
 
     def _record(self, rule_id: int) -> tuple[int, int, int, int, int, int, int, int, int]:
+        if not 0 <= rule_id < self._header.rules:
+            raise IndexError(f"rule id {rule_id} out of range ({self._header.rules} rules)")
         fields: tuple[int, int, int, int, int, int, int, int, int] = _RULE.unpack_from(
             self._mm, self._rules_off + rule_id * _RULE.size
         )
@@ -824,6 +826,16 @@ class SnapshotMatcher:
             self._rule_cache.clear()
         self._rule_cache[rule_id] = rule
         return rule
+
+    def provenance(self, rule_id: int) -> tuple[str, str, str | None, int | None]:
+        """``(action, category, source, line)`` of a rule, without rebuilding it."""
+        _o, _p, _h, _pa, _q, source_id, line, category_id, flags = self._record(rule_id)
+        return (
+            ALLOW if flags & _F_ALLOW else BLOCK,
+            self._categories[category_id],
+            self._sources[source_id] or None,
+            line or None,
+        )
 
     def _best(self, url: URL, probes: list[str] | None, mask: bytes | None = None) -> int:
         """The deciding rule's id (-1: none), the reference of ``snapshot_match`` in C.
@@ -951,6 +963,21 @@ class SnapshotMatcher:
                     forms[at] = parts.canonical
                 out.append(None if found < 0 else self.rule(found))
         return out, forms
+
+    def decide_ids(
+        self, urls: Sequence[str], categories: Collection[str] | None = None
+    ) -> list[int | InvalidURL]:
+        """Per URL the deciding rule's id (:meth:`rule` gives the rule), -1 for none, or the
+        :class:`InvalidURL` it raised: the batch path without rule objects."""
+        mask = self.category_mask(categories)
+        out: list[int | InvalidURL] = list(self.match_ids(list(urls), mask))
+        for at, rule_id in enumerate(out):
+            if rule_id == -2:
+                try:
+                    out[at] = self._best(parse_url(urls[at]), None, mask)
+                except InvalidURL as exc:
+                    out[at] = exc
+        return out
 
     def decide_many(
         self, urls: Sequence[str | bytes | URL], categories: Collection[str] | None = None
