@@ -117,6 +117,8 @@ _F_ALLOW = 1
 _F_EXACT_HOST = 2
 _F_ANCHORED = 4
 _F_IP = 8
+_F_PATTERN_HOST = 16  # the pattern as written is the host: not stored
+_F_PATTERN_HOST_PATH = 32  # ... the host and path
 
 _QUERY_BIT = 1 << 63
 _DEEP_BIT = 62  # depths >= 62 share one bit
@@ -283,58 +285,73 @@ class SnapshotBuilder:
                 raise ValueError("more than 65,536 categories")
             category_id = self._categories[rule.category] = len(self._categories)
         source_id = self._sources.setdefault(rule.source or "", len(self._sources))
-        pattern = rule.pattern.encode("utf-8", "surrogatepass")
-        host = rule.host.encode("utf-8", "surrogatepass")
-        path = rule.path.encode("utf-8", "surrogatepass")
-        query = None if rule.query is None else rule.query.encode("utf-8", "surrogatepass")
-        strings = self._strings
-        offset = len(strings)
-        strings += pattern
-        strings += host
-        strings += path
-        if query is not None:
-            strings += query
-        if len(strings) > _MAX_STRINGS:
-            raise ValueError("rule text above 4 GiB: split the lists")
-        rule_id = len(self._flags)
-        self._offset.append(offset)
-        self._lengths.extend((len(pattern), len(host), len(path)))
-        self._query.append(-1 if query is None else len(query))
-        self._source.append(source_id)
-        line = rule.line or 0
-        self._line.append(line if 0 <= line < 1 << 32 else 0)
-        self._category.append(category_id)
-        self._flags.append(
+        host_text, path_text, query_text = rule.host, rule.path, rule.query
+        host = host_text.encode("utf-8", "surrogatepass")
+        rest = path_text.encode("utf-8", "surrogatepass")
+        n_path = len(rest)
+        if query_text is not None:
+            rest += query_text.encode("utf-8", "surrogatepass")
+        # The pattern as written is kept only where it is not the host (most domain lines)
+        # or the host and path: the rest are rebuilt from those.
+        flags = (
             (_F_ALLOW if rule.action == ALLOW else 0)
             | (_F_EXACT_HOST if rule.exact_host else 0)
             | (_F_ANCHORED if rule.anchored else 0)
             | (_F_IP if rule.is_ip else 0)
         )
-        location = rule.location
-        self._dedup.append(_hs(f"{location}\0{rule.category}"))
+        written = rule.pattern
+        if written == host_text:
+            flags |= _F_PATTERN_HOST
+            pattern = b""
+        elif query_text is None and written == host_text + path_text:
+            flags |= _F_PATTERN_HOST_PATH
+            pattern = b""
+        else:
+            pattern = written.encode("utf-8", "surrogatepass")
+        strings = self._strings
+        offset = len(strings)
+        strings += pattern
+        strings += host
+        strings += rest
+        if len(strings) > _MAX_STRINGS:
+            raise ValueError("rule text above 4 GiB: split the lists")
+        rule_id = len(self._flags)
+        self._offset.append(offset)
+        self._lengths.extend((len(pattern), len(host), n_path))
+        self._query.append(-1 if query_text is None else len(rest) - n_path)
+        self._source.append(source_id)
+        line = rule.line or 0
+        self._line.append(line if 0 <= line < 1 << 32 else 0)
+        self._category.append(category_id)
+        self._flags.append(flags)
+        # What the rule matches, as bytes: host, path, "?" + query, and its shape.
+        shape = flags & (_F_EXACT_HOST | _F_ANCHORED) | (query_text is not None) << 4
+        key = host + rest + bytes((shape, n_path & 0xFF, len(host) & 0xFF))
+        self._dedup.append(_h(key + category_id.to_bytes(2, "little")))
         host_key = _h(host)
-        self._host_depths |= 1 << min(rule.host.count(".") + 1, 63)
-        for key in storage_keys(rule):
-            self._expr_hash.append(_hs(key))
+        self._host_depths |= 1 << min(host_text.count(".") + 1, 63)
+        n_host = len(host_text)
+        for expression in storage_keys(rule):
+            self._expr_hash.append(_hs(expression))
             self._expr_rule.append(rule_id)
             self._host_hash.append(host_key)
             self._host_bits.append(
-                _QUERY_BIT if rule.query is not None else 1 << _depth(key[len(rule.host) :])
+                _QUERY_BIT if query_text is not None else 1 << _depth(expression[n_host:])
             )
         # Seen by a 64-bit hash: a collision only miscounts a report, no rule is lost.
         seen = self._seen
         before = len(seen)
-        seen.add(_hs(location))
+        seen.add(_h(key))
         return len(seen) != before
 
     def _exact_key(self, rule_id: int) -> tuple[bytes, int, int]:
         """What a rule matches and its category, read back (for a dedup-hash collision)."""
         start = self._offset[rule_id] + self._lengths[3 * rule_id]
-        n = self._lengths[3 * rule_id + 1] + self._lengths[3 * rule_id + 2]
+        n_host, n_path = self._lengths[3 * rule_id + 1], self._lengths[3 * rule_id + 2]
         n_query = self._query[rule_id]
-        text = bytes(self._strings[start : start + n + max(n_query, 0)])
+        text = bytes(self._strings[start : start + n_host + n_path + max(n_query, 0)])
         shape = self._flags[rule_id] & (_F_EXACT_HOST | _F_ANCHORED) | (n_query >= 0) << 8
-        return text + b"\0" + str(n).encode(), shape, self._category[rule_id]
+        return text + b"\0" + f"{n_host},{n_path}".encode(), shape, self._category[rule_id]
 
     def _kept(self) -> np.ndarray:
         """Which rules stay: per (key, category) the allow, else the first."""
@@ -801,6 +818,10 @@ class SnapshotMatcher:
             host = raw[a:b].decode("ascii", "surrogateescape")
             path = raw[b:c].decode("utf-8", "surrogatepass")
             query = None if n_query < 0 else raw[c:].decode("utf-8", "surrogatepass")
+        if flags & _F_PATTERN_HOST:
+            pattern = host
+        elif flags & _F_PATTERN_HOST_PATH:
+            pattern = host + path
         exact_host, anchored = bool(flags & _F_EXACT_HOST), bool(flags & _F_ANCHORED)
         allow = bool(flags & _F_ALLOW)
         path_len = len(path) if query is None else len(path) + len(query) + 1
