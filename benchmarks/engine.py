@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import resource
 import statistics
 import string
@@ -109,7 +110,8 @@ def run_lines(cmd: Sequence[str], lines: Sequence[str]) -> tuple[list[bytes], fl
 def helper_row(
     name: str, categories: Sequence[Path], args: argparse.Namespace, workdir: Path
 ) -> tuple[list[object], dict[str, float]]:
-    snapshot = workdir / f"{name}.snap"
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")  # squidGuard: no spaces
+    snapshot = workdir / f"{slug}.snap"
     start = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "urlsieve", "compile", "-o", str(snapshot), "--lists"]
@@ -133,7 +135,7 @@ def helper_row(
     sg_rate = float("nan")
     sg_blocked = 0
     if SQUIDGUARD:
-        sg = SquidGuard(categories, workdir / f"sg-{name}")
+        sg = SquidGuard(categories, workdir / f"sg-{slug}")
         sg.build()
         sg_s = []
         for _ in range(args.repeats):

@@ -213,6 +213,144 @@ canonical_of(PyObject *url, const spans *sp)
     return out;
 }
 
+
+/* ---------------------------------------------------------------------------------------
+ * The near-canonical rewrite: the spellings an evasion (or a browser) most often adds to
+ * a canonical URL, undone in C so that the URL can take the fast path: an upper-case
+ * scheme or host, userinfo, a port (the filter profile keeps none), leading, trailing or
+ * repeated dots in the host. Anything else (escapes in the host, IDN, xn-- labels, a
+ * fragment, backslashes, white space, dot segments in the path, a scheme-less host:port)
+ * is left to the Python canonicaliser: the rewrite returns 0 and the caller falls back.
+ * The result must then pass scan_canonical, so what comes out is canonical by the same
+ * test as every fast-path URL (the tests compare the verdicts and canonical forms with
+ * urlsieve.parse_url on generated evasions).
+ */
+static int
+lower_eq(const unsigned char *s, Py_ssize_t n, const char *word)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (c >= 'A' && c <= 'Z') c = (unsigned char)(c + 32);
+        if (word[i] == '\0' || c != (unsigned char)word[i]) return 0;
+    }
+    return word[n] == '\0';
+}
+
+/* Writes the rewritten URL to out (room for n + 8 bytes); returns its length, or -1. */
+static Py_ssize_t
+rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out)
+{
+    Py_ssize_t i = 0, o = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (s[j] < 0x21 || s[j] >= 0x7F || s[j] == '#' || s[j] == '\\') return -1;
+    }
+    /* the scheme: one of the five, any case, then "://" (not a third "/") */
+    Py_ssize_t colon = -1;
+    for (Py_ssize_t j = 0; j < n && j < 6; j++) {
+        if (s[j] == ':') {
+            colon = j;
+            break;
+        }
+    }
+    if (colon > 0 && colon + 2 < n && s[colon + 1] == '/' && s[colon + 2] == '/') {
+        static const char *schemes[] = {"http", "https", "ftp", "ws", "wss"};
+        int known = 0;
+        for (int k = 0; k < 5 && !known; k++) known = lower_eq(s, colon, schemes[k]);
+        if (!known) return -1;
+        for (Py_ssize_t j = 0; j < colon; j++) {
+            unsigned char c = s[j];
+            out[o++] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
+        }
+        memcpy(out + o, "://", 3);
+        o += 3;
+        i = colon + 3;
+        if (i < n && s[i] == '/') return -1;
+    } else {
+        /* scheme-less: only a plain host[/...] (a ':' before the path may be a port or a
+           scheme the Python reader decides about) */
+        for (Py_ssize_t j = 0; j < n && s[j] != '/' && s[j] != '?'; j++) {
+            if (s[j] == ':' || s[j] == '@') return -1;
+        }
+        memcpy(out, "http://", 7);
+        o = 7;
+    }
+    /* the authority: up to "/" or "?"; userinfo (up to the last "@") dropped */
+    Py_ssize_t a0 = i, a1 = i;
+    while (a1 < n && s[a1] != '/' && s[a1] != '?') a1++;
+    for (Py_ssize_t j = a0; j < a1; j++) {
+        if (s[j] == '@') i = j + 1;
+    }
+    Py_ssize_t h0 = i, h1 = i;
+    while (h1 < a1 && s[h1] != ':') h1++;
+    if (h1 < a1) { /* a port: digits, at most 65535 once leading zeros go; then dropped */
+        Py_ssize_t p = h1 + 1;
+        while (p < a1 && s[p] == '0') p++;
+        Py_ssize_t digits = a1 - p;
+        long value = 0;
+        if (digits > 5) return -1;
+        for (Py_ssize_t j = h1 + 1; j < a1; j++) {
+            if (s[j] < '0' || s[j] > '9') return -1;
+        }
+        for (Py_ssize_t j = p; j < a1; j++) value = value * 10 + (s[j] - '0');
+        if (value > 65535) return -1;
+    }
+    /* the host: lower-case, dot runs collapsed, edge dots dropped; [a-z0-9_-.] only */
+    Py_ssize_t host_start = o;
+    int last_dot = 1; /* a leading dot is dropped */
+    for (Py_ssize_t j = h0; j < h1; j++) {
+        unsigned char c = s[j];
+        if (c >= 'A' && c <= 'Z') c = (unsigned char)(c + 32);
+        if (c == '.') {
+            if (last_dot) continue;
+            last_dot = 1;
+        } else {
+            if (!(cls[c] & HOST)) return -1;
+            last_dot = 0;
+        }
+        out[o++] = c;
+    }
+    if (o > host_start && out[o - 1] == '.') o--;
+    if (o == host_start) return -1;
+    for (Py_ssize_t j = host_start; j + 3 < o; j++) { /* an xn-- label: IDNA decides */
+        if ((j == host_start || out[j - 1] == '.') && memcmp(out + j, "xn--", 4) == 0) return -1;
+    }
+    memcpy(out + o, s + a1, (size_t)(n - a1));
+    return o + (n - a1);
+}
+
+/* scan_canonical(s), else the rewrite into buf and scan_canonical of that: 1 with *text
+   and *len set to the canonical-form bytes' source (s or buf), 0 for the Python path. */
+static int
+scan_or_rewrite(const unsigned char *s, Py_ssize_t n, int allow_query, unsigned char *buf,
+                const unsigned char **text, Py_ssize_t *len, spans *sp)
+{
+    if (scan_canonical(s, n, allow_query, sp)) {
+        *text = s;
+        *len = n;
+        return 1;
+    }
+    Py_ssize_t m = rewrite_near_canonical(s, n, buf);
+    if (m < 0 || !scan_canonical(buf, m, allow_query, sp)) return 0;
+    *text = buf;
+    *len = m;
+    return 1;
+}
+
+/* The canonical string of text[0:n] that scan_canonical accepted into *sp. */
+static PyObject *
+canonical_text(const unsigned char *text, Py_ssize_t n, const spans *sp)
+{
+    const Py_ssize_t prefix = sp->has_scheme ? 0 : 7, slash = sp->has_path ? 0 : 1;
+    PyObject *out = PyUnicode_New(n + prefix + slash, 127);
+    if (out == NULL) return NULL;
+    unsigned char *o = PyUnicode_1BYTE_DATA(out);
+    if (prefix) memcpy(o, "http://", 7);
+    memcpy(o + prefix, text, (size_t)sp->host_end);
+    if (slash) o[prefix + sp->host_end] = '/';
+    memcpy(o + prefix + sp->host_end + slash, text + sp->host_end, (size_t)(n - sp->host_end));
+    return out;
+}
+
 static PyObject *
 fast_canonical(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -657,11 +795,12 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         .host_depths = v[10],
         .mask = mask.obj ? mask.buf : NULL, .mask_len = mask.obj ? mask.len : 0,
     };
-    buf = PyMem_Malloc(MAX_URL + 16);
+    buf = PyMem_Malloc(2 * (MAX_URL + 16));
     if (buf == NULL) {
         PyErr_NoMemory();
         goto done;
     }
+    unsigned char *rewritten = buf + MAX_URL + 16;
     int64_t *ids = out.buf;
     for (Py_ssize_t k = 0; k < n_urls; k++) {
         /* Dropping an old item of `canonical` may run Python code that resizes a list. */
@@ -680,15 +819,17 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             ids[k] = -2;
             continue;
         }
-        const unsigned char *s = PyUnicode_1BYTE_DATA(url);
+        const unsigned char *text;
+        Py_ssize_t len;
         spans sp;
-        if (!scan_canonical(s, n, 1, &sp)) {
+        if (!scan_or_rewrite(PyUnicode_1BYTE_DATA(url), n, 1, rewritten, &text, &len, &sp)) {
             ids[k] = -2;
             continue;
         }
-        ids[k] = match_one(&im, s, n, &sp, buf);
+        ids[k] = match_one(&im, text, len, &sp, buf);
         if (canon != NULL) {
-            PyObject *form = canonical_of(url, &sp);
+            PyObject *form = text == rewritten ? canonical_text(text, len, &sp)
+                                               : canonical_of(url, &sp);
             if (form == NULL) goto done;
             PyObject *old = PyList_GET_ITEM(canon, k);
             PyList_SET_ITEM(canon, k, form);
@@ -855,7 +996,8 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const unsigned char **data = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*data));
     Py_ssize_t *lens = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*lens));
     unsigned char *flags = PyMem_Malloc((size_t)(n ? n : 1));
-    unsigned char *buf = PyMem_Malloc(MAX_URL + 16);
+    unsigned char *buf = PyMem_Malloc(2 * (MAX_URL + 16));
+    unsigned char *rewritten = buf == NULL ? NULL : buf + MAX_URL + 16;
     PyObject *refs = PyList_GetSlice(urls, 0, n); /* keeps every string alive */
     PyObject *result = NULL;
     if (data == NULL || lens == NULL || flags == NULL || buf == NULL || refs == NULL) {
@@ -878,10 +1020,13 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t k = 0; k < n; k++) {
         spans sp;
         flags[k] = 0;
-        if (data[k] == NULL || !scan_canonical(data[k], lens[k], allow_query, &sp)) continue;
+        const unsigned char *s;
+        Py_ssize_t len;
+        if (data[k] == NULL
+            || !scan_or_rewrite(data[k], lens[k], allow_query, rewritten, &s, &len, &sp)) {
+            continue;
+        }
         flags[k] = 1;
-        const unsigned char *s = data[k];
-        Py_ssize_t len = lens[k];
         const unsigned char *text = s;
         size_t tlen = (size_t)len;
         if (!sp.has_scheme || !sp.has_path) { /* the canonical form adds http:// or a "/" */

@@ -200,3 +200,38 @@ def test_a_damaged_image_gives_answers_never_a_crash(noise: bytes, urls: list[st
     out = np.empty(len(urls), dtype=np.int64)
     speedups.snapshot_match(bytes(image), matcher._layout, urls, None, out)  # type: ignore[union-attr]
     assert all(-2 <= int(i) < len(matcher) for i in out)
+
+
+def _evasion(draw: st.DrawFn) -> str:
+    """A URL of the generated vocabulary in the spellings an evasion adds: case, userinfo,
+    ports (valid and not), dots around and inside the host, no scheme."""
+    url = draw(st.sampled_from(rulegen.random_urls(300, 12)))
+    scheme, _, rest = url.partition("://")
+    if not rest:
+        scheme, rest = "http", url
+    host, slash, tail = rest.partition("/")
+    host = draw(st.sampled_from(["", ".", ".."])) + host + draw(st.sampled_from(["", ".", ".."]))
+    host = host.replace(".", draw(st.sampled_from([".", ".", ".."])), 1)
+    host = "".join(c.upper() if draw(st.booleans()) else c for c in host)
+    port = draw(
+        st.sampled_from(["", "", ":80", ":0080", ":", ":65535", ":65536", ":8a", ":000000080"])
+    )
+    user = draw(st.sampled_from(["", "", "u@", "u:p@", "a@b@", "@"]))
+    scheme = "".join(c.upper() if draw(st.booleans()) else c for c in scheme)
+    head = draw(st.sampled_from([f"{scheme}://", f"{scheme}://", "", "//", f"{scheme}:///"]))
+    return f"{head}{user}{host}{port}{slash}{tail}"
+
+
+@pytest.mark.usefixtures("compiled")
+@settings(max_examples=400, deadline=None)
+@given(urls=st.lists(st.composite(_evasion)(), min_size=1, max_size=20))
+def test_evasion_spellings_take_the_compiled_path_with_the_reference_verdict(
+    urls: list[str],
+) -> None:
+    matcher = SnapshotMatcher.from_rules(rules_from(rulegen.random_rules(300, 7), 7))
+    assert_batch_equals_reference(matcher, urls)
+    canonical: list[str | None] = [None] * len(urls)
+    matcher.match_ids(urls, None, canonical)
+    for url, form in zip(urls, canonical, strict=True):
+        if form is not None:
+            assert form == parse_url(url).canonical, url
