@@ -8,7 +8,7 @@ import pytest
 
 from urlsieve import ConfigError, Filter
 from urlsieve.gateway.config import load_config
-from urlsieve.gateway.rules import compile_lists, filter_loader
+from urlsieve.gateway.ruleset import compile_lists, filter_loader
 
 
 @pytest.fixture

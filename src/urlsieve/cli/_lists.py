@@ -139,7 +139,7 @@ def load_filter(args: argparse.Namespace) -> Filter:
     A compiled snapshot (``urlsieve compile``) given as the only ``--lists``
     path is opened memory-mapped instead of read as a text list.
     """
-    from urlsieve.gateway.rules import load_selected
+    from urlsieve.gateway.ruleset import load_selected
     from urlsieve.match.snapshot import is_snapshot
 
     lists, allow, categories, configured_snapshot = _rule_sources(args)

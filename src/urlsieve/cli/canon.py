@@ -9,9 +9,8 @@ from typing import Any
 
 from urlsieve.cli._io import input_lines, is_blank, too_long
 from urlsieve.exceptions import InvalidURL
-from urlsieve.url import CRAWLER, FILTER, lookup_expressions, parse_url
-
-PROFILES = {"filter": FILTER, "crawler": CRAWLER}
+from urlsieve.url import lookup_expressions, parse_url
+from urlsieve.url.profile import PROFILES
 
 
 def register(sub: Any) -> None:

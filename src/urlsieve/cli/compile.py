@@ -10,7 +10,7 @@ from typing import Any
 
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import load_config
-from urlsieve.gateway.rules import compile_lists
+from urlsieve.gateway.ruleset import compile_lists
 
 
 def register(sub: Any) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from urlsieve.exceptions import ConfigError, UrlsieveError
 from urlsieve.gateway.config import ENV_VARS, GatewayConfig, describe, load_config
-from urlsieve.gateway.rules import load_selected
+from urlsieve.gateway.ruleset import load_selected
 from urlsieve.match.snapshot import SnapshotError, read_snapshot_info
 
 

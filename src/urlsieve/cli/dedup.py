@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from urlsieve.cli._io import Line, input_lines, is_blank, too_long
 from urlsieve.exceptions import InvalidURL
 from urlsieve.seen import SeenStore, open_seen, parse_spec
-from urlsieve.seen.base import PROFILES
+from urlsieve.url.profile import PROFILES
 
 MARKERS = {True: "new", False: "seen"}
 

@@ -11,7 +11,7 @@ from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import FailureMode, load_config
 from urlsieve.gateway.live import LiveRules
 from urlsieve.gateway.protocol import HelperMode
-from urlsieve.gateway.rules import filter_loader
+from urlsieve.gateway.ruleset import filter_loader
 from urlsieve.gateway.squid import HelperSettings, SquidHelper, serve, stderr_logger
 
 _CHANNELS = {"auto": None, "yes": True, "no": False}

@@ -51,7 +51,7 @@ from urlsieve.fingerprint import canonical_bytes
 from urlsieve.gateway.config import GatewayConfig
 from urlsieve.gateway.live import LiveRules, NoRules
 from urlsieve.gateway.metrics import CONTENT_TYPE, Metrics
-from urlsieve.gateway.rules import filter_loader, rules_info
+from urlsieve.gateway.ruleset import filter_loader, rules_info
 from urlsieve.match.base import Explanation, Verdict
 from urlsieve.rules.model import Rule
 from urlsieve.seen import SeenStore, open_seen

@@ -53,7 +53,8 @@ from scrapy.utils.request import referer_str
 
 from urlsieve.exceptions import ConfigError, InvalidURL
 from urlsieve.fingerprint import canonical_bytes, fingerprint128
-from urlsieve.seen.base import BACKENDS, PROFILES, SeenStore, open_seen
+from urlsieve.seen.base import BACKENDS, SeenStore, open_seen
+from urlsieve.url.profile import PROFILES
 from urlsieve.url import CRAWLER, Profile
 
 if TYPE_CHECKING:

@@ -17,7 +17,8 @@ from typing import Any, Protocol, Self, runtime_checkable
 from urllib.parse import parse_qsl
 
 from urlsieve.exceptions import ConfigError
-from urlsieve.url import CRAWLER, FILTER, Profile
+from urlsieve.url import FILTER, Profile
+from urlsieve.url.profile import PROFILES
 
 __all__ = [
     "BACKENDS",
@@ -118,10 +119,6 @@ class ClosingStore:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-#: Named profiles a spec can choose with ``?profile=``.
-PROFILES: dict[str, Profile] = {"filter": FILTER, "crawler": CRAWLER}
 
 
 @dataclass(frozen=True)

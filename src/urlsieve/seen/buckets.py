@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.fingerprint import canonical_bytes
 from urlsieve.seen._files import check_params, check_profile, pick
-from urlsieve.seen._snapshot import SnapshotStore
+from urlsieve.seen._wholefile import WholeFileStore
 from urlsieve.seen.base import StoreStats
 from urlsieve.url import FILTER, Profile
 
@@ -231,7 +231,7 @@ class ChainedHashTable:
         return self.count
 
 
-class BucketStore(SnapshotStore[ImprovedHashTable]):
+class BucketStore(WholeFileStore[ImprovedHashTable]):
     """A seen store on :class:`ImprovedHashTable` (exact, up to MD5 collisions)."""
 
     kind = "bucket"

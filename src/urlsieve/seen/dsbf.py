@@ -48,7 +48,7 @@ import xxhash
 from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.fingerprint import fingerprint128
 from urlsieve.seen._files import check_params, check_profile, pick
-from urlsieve.seen._snapshot import SnapshotStore
+from urlsieve.seen._wholefile import WholeFileStore
 from urlsieve.seen.base import StoreStats
 from urlsieve.url import FILTER, Profile
 
@@ -263,7 +263,7 @@ class DSBF:
         return tree, profile
 
 
-class DsbfStore(SnapshotStore[DSBF]):
+class DsbfStore(WholeFileStore[DSBF]):
     """A seen store on a :class:`DSBF` (approximate: Bloom false positives)."""
 
     kind = "dsbf"

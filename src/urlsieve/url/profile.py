@@ -19,6 +19,7 @@ from urlsieve.url import path as _path
 __all__ = [
     "CRAWLER",
     "FILTER",
+    "PROFILES",
     "Profile",
     "TRACKING_PARAMETERS",
     "alias_host",
@@ -171,3 +172,6 @@ def crawler_profile(
 
 FILTER = Profile(name="filter", version=1)
 CRAWLER = crawler_profile()
+
+#: The profiles by name, for command lines and store specs (``?profile=crawler``).
+PROFILES: dict[str, Profile] = {"filter": FILTER, "crawler": CRAWLER}

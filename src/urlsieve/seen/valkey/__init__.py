@@ -21,17 +21,17 @@ from typing import Any
 from urlsieve.exceptions import ConfigError
 from urlsieve.seen.valkey._client import BatchInterrupted, Router
 from urlsieve.seen.valkey._store import ValkeyStore
-from urlsieve.seen.valkey.bloom import BloomStore
-from urlsieve.seen.valkey.dsbf import DsbfStore
-from urlsieve.seen.valkey.exact import ExactStore
+from urlsieve.seen.valkey.bloom import ValkeyBloomStore
+from urlsieve.seen.valkey.dsbf import ValkeyDsbfStore
+from urlsieve.seen.valkey.exact import ValkeyExactStore
 from urlsieve.url import FILTER, Profile
 
 __all__ = [
     "KINDS",
     "BatchInterrupted",
-    "BloomStore",
-    "DsbfStore",
-    "ExactStore",
+    "ValkeyBloomStore",
+    "ValkeyDsbfStore",
+    "ValkeyExactStore",
     "ValkeyStore",
     "open_redis",
     "open_rediss",
@@ -42,9 +42,9 @@ __all__ = [
 ]
 
 KINDS: dict[str, type[ValkeyStore]] = {
-    "exact": ExactStore,
-    "bloom": BloomStore,
-    "dsbf": DsbfStore,
+    "exact": ValkeyExactStore,
+    "bloom": ValkeyBloomStore,
+    "dsbf": ValkeyDsbfStore,
 }
 
 

@@ -37,7 +37,7 @@ from urlsieve.seen.valkey._client import Cmd
 from urlsieve.seen.valkey._resp import constant
 from urlsieve.seen.valkey._store import Decoder, ValkeyStore, group_by
 
-__all__ = ["BloomStore", "bloom_size", "expected_false_positives", "hash_pairs", "positions"]
+__all__ = ["ValkeyBloomStore", "bloom_size", "expected_false_positives", "hash_pairs", "positions"]
 
 _SET, _GET, _ONE = constant("SET", "u1"), constant("GET", "u1"), constant(1)
 
@@ -92,7 +92,7 @@ def positions(
     return (a[:, None] + i[None, :] * b[:, None] + cubic[None, :]) % m
 
 
-class BloomStore(ValkeyStore):
+class ValkeyBloomStore(ValkeyStore):
     """Approximate: no false negatives, false positives at the configured rate at capacity."""
 
     kind = "bloom"

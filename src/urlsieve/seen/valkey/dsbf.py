@@ -53,7 +53,7 @@ from urlsieve.seen.valkey.bloom import expected_false_positives, hash_pairs, pos
 
 _SET, _GET, _ONE = constant("SET", "u1"), constant("GET", "u1"), constant(1)
 
-__all__ = ["DsbfStore"]
+__all__ = ["ValkeyDsbfStore"]
 
 _MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 _EXEC = b"*1\r\n$4\r\nEXEC\r\n"
@@ -99,7 +99,7 @@ def leaf_size(leaf_bits: int, error: float) -> tuple[int, int, int]:
     return u, k, split_at
 
 
-class DsbfStore(ValkeyStore):
+class ValkeyDsbfStore(ValkeyStore):
     """Approximate, growing without bound: leaves split when they pass f_max."""
 
     kind = "dsbf"

@@ -32,7 +32,7 @@ from urlsieve.seen.base import StoreStats
 from urlsieve.seen.valkey._client import Cmd, Script
 from urlsieve.seen.valkey._store import Decoder, ValkeyStore, flags_from_string, group_by
 
-__all__ = ["ExactStore"]
+__all__ = ["ValkeyExactStore"]
 
 _ADD = Script(
     """#!lua
@@ -67,7 +67,7 @@ _PER_BUCKET = 256
 _KEY_OVERHEAD = 80
 
 
-class ExactStore(ValkeyStore):
+class ValkeyExactStore(ValkeyStore):
     """Exact: no false positives; every URL added by any client is "new" exactly once."""
 
     kind = "exact"

@@ -2,7 +2,7 @@
 
 ``buckets`` and ``dsbf`` keep their structure in memory (as the papers do) and
 persist it by writing the whole of it to a temporary file that atomically
-replaces ``PATH`` on :meth:`~SnapshotStore.flush` and :meth:`~SnapshotStore.close`:
+replaces ``PATH`` on :meth:`~WholeFileStore.flush` and :meth:`~WholeFileStore.close`:
 a crash leaves the last flushed table, never a torn one. One process writes a
 file at a time (an exclusive lock on ``PATH.lock``); readers open it with
 ``?readonly=1`` and take no lock. Without a path the store is memory only.
@@ -21,7 +21,7 @@ from urlsieve.seen._files import os_error, write_atomic, writer_lock
 from urlsieve.seen.base import ClosingStore
 from urlsieve.url import Profile
 
-__all__ = ["KeyTable", "SnapshotStore"]
+__all__ = ["KeyTable", "WholeFileStore"]
 
 
 class KeyTable(Protocol):
@@ -35,7 +35,7 @@ class KeyTable(Protocol):
 T = TypeVar("T", bound=KeyTable)
 
 
-class SnapshotStore(ClosingStore, Generic[T]):
+class WholeFileStore(ClosingStore, Generic[T]):
     """A seen store over a :class:`KeyTable`; subclasses say how to key, build and (de)serialise."""
 
     kind = "snapshot"
