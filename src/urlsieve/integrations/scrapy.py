@@ -54,8 +54,8 @@ from scrapy.utils.request import referer_str
 from urlsieve.exceptions import ConfigError, InvalidURL
 from urlsieve.fingerprint import canonical_bytes, fingerprint128
 from urlsieve.seen.base import BACKENDS, SeenStore, open_seen
-from urlsieve.url.profile import PROFILES
 from urlsieve.url import CRAWLER, Profile
+from urlsieve.url.profile import PROFILES
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
