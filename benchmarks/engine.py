@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import benchmarks._common as common
-from benchmarks._common import exchange, machine, table, verdict, write_section
+from benchmarks._common import machine, table, verdict, write_section
 from benchmarks.filter import (
     SG_CLIENT,
     SQUIDGUARD,
@@ -46,6 +46,7 @@ from benchmarks.filter import (
     patent_rules,
     requests,
 )
+from benchmarks.gateway import helper_cmd, run_helper
 from urlsieve import Filter, InvalidURL, canonicalize
 from urlsieve.rules import load_lists
 
@@ -83,31 +84,6 @@ def request_lines(categories: Sequence[Path], n: int) -> tuple[list[str], str]:
     return out, source
 
 
-def helper_cmd(snapshot: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "urlsieve",
-        "squid-helper",
-        "--snapshot",
-        str(snapshot),
-        "--redirect-url",
-        BLOCK_PAGE,
-    ]
-
-
-def run_lines(cmd: Sequence[str], lines: Sequence[str]) -> tuple[list[bytes], float]:
-    proc = subprocess.Popen(
-        list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    out, seconds = exchange(proc, f"http://warm.up.invalid/ {SG_CLIENT}", lines)
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.close()
-    proc.wait()
-    proc.stdout.close()
-    return out, seconds
-
-
 def helper_row(
     name: str, categories: Sequence[Path], args: argparse.Namespace, workdir: Path
 ) -> tuple[list[object], dict[str, float]]:
@@ -129,7 +105,7 @@ def helper_row(
     ours = []
     replies: list[bytes] = []
     for _ in range(args.repeats):
-        replies, seconds = run_lines(helper_cmd(snapshot), lines)
+        replies, seconds = run_helper(helper_cmd(snapshot, block_page=BLOCK_PAGE), lines)
         ours.append(seconds)
     ours_rate = len(lines) / statistics.median(ours)
     blocked = sum(r.startswith(b"OK") for r in replies)

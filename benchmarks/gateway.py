@@ -65,7 +65,7 @@ def mb(n: float) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
-def helper_cmd(snapshot: Path, *extra: str) -> list[str]:
+def helper_cmd(snapshot: Path, *extra: str, block_page: str = BLOCK_PAGE) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -74,7 +74,7 @@ def helper_cmd(snapshot: Path, *extra: str) -> list[str]:
         "--snapshot",
         str(snapshot),
         "--redirect-url",
-        BLOCK_PAGE,
+        block_page,
         *extra,
     ]
 

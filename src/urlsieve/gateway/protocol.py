@@ -330,21 +330,40 @@ def _quote_cached(value: str) -> str:
     return _quote_all(value)
 
 
-def template_pieces(template: str, *, category: str | None, rule: str | None) -> list[str]:
-    """The block page of one rule cut at each ``%u``: joined by the quoted URL, the pieces
-    give :func:`render_template`'s page (for a template without client or user fields)."""
+def _fields(
+    category: str | None,
+    client: str | None,
+    client_name: str | None,
+    user: str | None,
+    rule: str | None,
+) -> dict[str, str]:
+    """The value of each substitution code but ``%u`` (see :data:`TEMPLATE_CODES`)."""
+    return {
+        "a": client or "-",
+        "n": client_name or client or "-",
+        "i": user or "-",
+        "c": category or "-",
+        "t": category or "-",
+        "r": rule or "-",
+    }
+
+
+def _cut(template: str, fields: dict[str, str]) -> list[str]:
+    """The filled template cut at each ``%u`` (values that repeat are quoted once)."""
     pieces = [""]
     for literal, code in _parsed_template(template):
         pieces[-1] += literal
         if code == "u":
             pieces.append("")
-        elif code in ("c", "t"):
-            pieces[-1] += _quote_cached(category or "-")
-        elif code == "r":
-            pieces[-1] += _quote_all(rule or "-")
-        elif code is not None:  # a client or user field, absent here
-            pieces[-1] += "-"
+        elif code is not None:
+            pieces[-1] += _quote_cached(fields[code])
     return pieces
+
+
+def template_pieces(template: str, *, category: str | None, rule: str | None) -> list[str]:
+    """The block page of one rule cut at each ``%u``: joined by the quoted URL, the pieces
+    give :func:`render_template`'s page (for a template without client or user fields)."""
+    return _cut(template, _fields(category, None, None, None, rule))
 
 
 def template_is_plain(template: str) -> bool:
@@ -371,23 +390,5 @@ def render_template(
     The template is parsed once (cached); values that repeat across requests
     (category, rule, client, user) are quoted once, the URL every time.
     """
-    out = []
-    for literal, code in _parsed_template(template):
-        out.append(literal)
-        if code is None:
-            continue
-        if code == "u":
-            out.append(_quote_all(url))
-            continue
-        if code == "a":
-            value = client or "-"
-        elif code == "n":
-            value = client_name or client or "-"
-        elif code == "i":
-            value = user or "-"
-        elif code in ("c", "t"):
-            value = category or "-"
-        else:  # "r"
-            value = rule or "-"
-        out.append(_quote_cached(value))
-    return "".join(out)
+    fields = _fields(category, client, client_name, user, rule)
+    return _quote_all(url).join(_cut(template, fields))

@@ -957,32 +957,43 @@ class SnapshotMatcher:
         ids: list[int] = out.tolist()
         return ids
 
+    def _ids(
+        self, urls: Sequence[str | bytes | URL], mask: bytes | None, forms: list[str | None] | None
+    ) -> list[int | InvalidURL]:
+        """Per URL the deciding rule's id, -1 for none, or its :class:`InvalidURL`: the
+        compiled call, then the Python path for what it left (-2). With ``forms`` (a list as
+        long as ``urls``), the canonical forms are stored in it (``None``: invalid)."""
+        texts = [u if type(u) is str else "" for u in urls]
+        out: list[int | InvalidURL] = list(self.match_ids(texts, mask, forms))
+        for at, rule_id in enumerate(out):
+            if rule_id != -2:
+                continue
+            url = urls[at]  # off the fast path (or not a str): parsed here
+            try:
+                parts = url if isinstance(url, URL) else parse_url(url)
+            except InvalidURL as exc:
+                out[at] = exc
+                continue
+            out[at] = self._best(parts, None, mask)
+            if forms is not None:
+                forms[at] = parts.canonical
+        return out
+
     def _batch(
         self, urls: Sequence[str | bytes | URL], mask: bytes | None, canonical: bool
     ) -> tuple[list[Rule | InvalidURL | None], list[str | None]]:
         """Per URL the deciding rule, ``None`` or its :class:`InvalidURL`; and, when asked,
         the canonical forms (``None`` for an invalid URL)."""
-        texts = [u if type(u) is str else "" for u in urls]
-        forms: list[str | None] = [None] * len(texts) if canonical else []
-        ids = self.match_ids(texts, mask, forms if canonical else None)
-        out: list[Rule | InvalidURL | None] = []
+        forms: list[str | None] = [None] * len(urls) if canonical else []
         cache = self._rule_cache
-        for at, rule_id in enumerate(ids):
-            if rule_id >= 0:
+        out: list[Rule | InvalidURL | None] = []
+        for rule_id in self._ids(urls, mask, forms if canonical else None):
+            if isinstance(rule_id, InvalidURL):
+                out.append(rule_id)
+            elif rule_id >= 0:
                 out.append(cache.get(rule_id) or self.rule(rule_id))
-            elif rule_id == -1:
+            else:
                 out.append(None)
-            else:  # off the fast path: parsed here
-                url = urls[at]
-                try:
-                    parts = url if isinstance(url, URL) else parse_url(url)
-                except InvalidURL as exc:
-                    out.append(exc)
-                    continue
-                found = self._best(parts, None, mask)
-                if canonical:
-                    forms[at] = parts.canonical
-                out.append(None if found < 0 else self.rule(found))
         return out, forms
 
     def decide_ids(
@@ -990,15 +1001,7 @@ class SnapshotMatcher:
     ) -> list[int | InvalidURL]:
         """Per URL the deciding rule's id (:meth:`rule` gives the rule), -1 for none, or the
         :class:`InvalidURL` it raised: the batch path without rule objects."""
-        mask = self.category_mask(categories)
-        out: list[int | InvalidURL] = list(self.match_ids(list(urls), mask))
-        for at, rule_id in enumerate(out):
-            if rule_id == -2:
-                try:
-                    out[at] = self._best(parse_url(urls[at]), None, mask)
-                except InvalidURL as exc:
-                    out[at] = exc
-        return out
+        return self._ids(urls, self.category_mask(categories), None)
 
     def decide_many(
         self, urls: Sequence[str | bytes | URL], categories: Collection[str] | None = None
