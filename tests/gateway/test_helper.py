@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -358,7 +358,15 @@ def test_an_over_long_line_is_answered_bh_and_skipped_unbuffered() -> None:
         buffered.append(len(line))
         return real_handle(line)
 
+    real_batch = h.handle_batch
+
+    def spy_batch(lines: Sequence[bytes]) -> list[str]:
+        buffered.extend(len(line) for line in lines)
+        return real_batch(lines)
+
+    # A read without a too-long line is answered in one batch, the others line by line.
     h.handle = spy  # type: ignore[method-assign]
+    h.handle_batch = spy_batch  # type: ignore[method-assign]
     long_line = b"4 http://evil.com/" + b"a" * 50_000
     payload = b"1 http://evil.com/\n" + long_line + b"\n2 http://good.org/\n" + long_line
     replies = _serve_bytes(h, payload, max_line=10_000)
