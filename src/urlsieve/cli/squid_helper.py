@@ -10,8 +10,9 @@ from urlsieve.cli._gateway import add_rule_options, rule_overrides
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import FailureMode, load_config
 from urlsieve.gateway.live import LiveRules
+from urlsieve.gateway.policy_helper import POLICY_FALLBACK_PAGE, PolicyHelper
 from urlsieve.gateway.protocol import HelperMode
-from urlsieve.gateway.ruleset import filter_loader
+from urlsieve.gateway.ruleset import filter_loader, policy_loader
 from urlsieve.gateway.squid import HelperSettings, SquidHelper, serve, stderr_logger
 
 _CHANNELS = {"auto": None, "yes": True, "no": False}
@@ -31,6 +32,11 @@ def register(sub: Any) -> None:
         ),
     )
     add_rule_options(p)
+    p.add_argument(
+        "--squidguard-conf",
+        metavar="FILE",
+        help="decide by this squidGuard.conf as it is (sources, times, ACLs, dests)",
+    )
     p.add_argument("--mode", choices=[m.value for m in HelperMode], help="reply form")
     p.add_argument("--redirect-url", metavar="TEMPLATE", help="block page (%%u %%c %%a …)")
     p.add_argument("--redirect-status", type=int, metavar="30N", help="redirect status")
@@ -55,12 +61,14 @@ def run(args: argparse.Namespace) -> int:
         "redirect_url": args.redirect_url,
         "redirect_status": args.redirect_status,
         "failure_mode": args.failure_mode,
+        "squidguard_conf": args.squidguard_conf,
     }
     config = load_config(args.config, env=os.environ, overrides=overrides, helper=True)
     log = stderr_logger("urlsieve squid-helper")
+    policy = policy_loader(config)
     rules = LiveRules(
-        filter_loader(config),
-        watch=config.snapshot,
+        policy or filter_loader(config),
+        watch=config.squidguard_conf or config.snapshot,
         check_seconds=config.reload_check_seconds,
         log=log,
     )
@@ -69,15 +77,19 @@ def run(args: argparse.Namespace) -> int:
     rules.install_sighup()
     try:
         settings = HelperSettings(
-            mode=config.mode,
-            redirect_url=config.redirect_url,
+            # A policy's ACLs give block pages; this one serves an ACL that gives none.
+            redirect_url=config.redirect_url or (POLICY_FALLBACK_PAGE if policy else None),
             redirect_status=config.status,
+            # A policy's block pages come from its ACLs (squidGuard's replies: rewrite-url).
+            mode=config.mode
+            if config.origins.get("mode") != "default" or not policy
+            else HelperMode.REWRITE,
             failure_mode=config.failure_mode,
             channels=_CHANNELS[args.channels],
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    helper = SquidHelper(rules, settings, log=log)
+    helper = (PolicyHelper if policy else SquidHelper)(rules, settings, log=log)
     status = serve(helper)
     stats = helper.stats
     log(

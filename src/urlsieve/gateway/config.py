@@ -40,6 +40,8 @@ from typing import Any
 
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.protocol import REDIRECT_STATUSES, HelperMode, validate_template
+from urlsieve.policy.model import Policy
+from urlsieve.policy.native import POLICY_SECTIONS, has_policy, read_native
 
 __all__ = [
     "ENV_VARS",
@@ -75,6 +77,10 @@ class GatewayConfig:
     token: str | None = field(default=None, repr=False)
     token_file: str | None = None
     seen_store: str | None = None
+    #: A squidGuard.conf to run from as it is (its dests, sources, times and ACLs).
+    squidguard_conf: str | None = None
+    #: The policy written in the file's [[source]]/[[time]]/[[dest]]/[[acl]] tables.
+    policy: Policy | None = field(default=None, compare=False)
     #: Where each option was set: "default", "file", "env:NAME" or "option".
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
     source_file: str | None = None
@@ -90,7 +96,12 @@ class GatewayConfig:
 
         ``helper``: also check what only the Squid helper needs (the block page).
         """
-        if needs_rules and not self.lists and not self.snapshot:
+        if self.policy is not None and self.squidguard_conf:
+            raise ConfigError(
+                "a policy in the config file and rules.squidguard_conf are both set: keep one"
+            )
+        policed = self.policy is not None or self.squidguard_conf is not None
+        if needs_rules and not self.lists and not self.snapshot and not policed:
             raise ConfigError(
                 "no rules: set rules.lists (block lists) or rules.snapshot (a compiled "
                 "snapshot), or pass --lists / --snapshot"
@@ -100,7 +111,7 @@ class GatewayConfig:
         if self.redirect_url:
             validate_template(self.redirect_url)
         redirects = self.mode in (HelperMode.REDIRECT, HelperMode.REWRITE)
-        if helper and redirects and not self.redirect_url:
+        if helper and redirects and not self.redirect_url and not policed:
             raise ConfigError(
                 f"squid.mode={self.mode.value!r} needs squid.redirect_url (the block page, "
                 "e.g. 'http://block.lan/?url=%u&category=%c'); or set squid.mode='acl' "
@@ -174,6 +185,7 @@ _OPTIONS: dict[str, tuple[str, str, str, str]] = {
     "allow": ("rules", "allow", "URLSIEVE_ALLOW", "paths"),
     "categories": ("rules", "categories", "URLSIEVE_CATEGORIES", "names"),
     "snapshot": ("rules", "snapshot", "URLSIEVE_SNAPSHOT", "path"),
+    "squidguard_conf": ("rules", "squidguard_conf", "URLSIEVE_SQUIDGUARD_CONF", "path"),
     "mode": ("squid", "mode", "URLSIEVE_MODE", "mode"),
     "redirect_url": ("squid", "redirect_url", "URLSIEVE_REDIRECT_URL", "str"),
     "redirect_status": ("squid", "redirect_status", "URLSIEVE_REDIRECT_STATUS", "int"),
@@ -251,8 +263,10 @@ def _read_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: not valid TOML: {exc}") from exc
-    sections = {section for section, _, _, _ in _OPTIONS.values()}
+    sections = {section for section, _, _, _ in _OPTIONS.values()} | set(POLICY_SECTIONS)
     for section, body in data.items():
+        if section in POLICY_SECTIONS:
+            continue  # read by urlsieve.policy.native, which checks its own keys
         if section not in sections:
             raise ConfigError(
                 f"config file {path}: unknown section [{section}] "
@@ -307,6 +321,8 @@ def load_config(
             origins[name] = "file"
         else:
             origins[name] = "default"
+    if path and has_policy(data):
+        values["policy"] = read_native(data, path)
     config = GatewayConfig(**values, origins=origins, source_file=path)
     return config.validate(needs_rules=needs_rules, helper=helper)
 

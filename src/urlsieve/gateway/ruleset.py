@@ -153,3 +153,42 @@ def rules_info(rules: Filter | None, loaded_at: float | None, generation: int) -
 def snapshot_summary(path: str) -> SnapshotInfo:
     """The header of a snapshot file (for ``config check``)."""
     return read_snapshot_info(path)
+
+
+def policy_loader(config: GatewayConfig) -> Callable[[], Any] | None:
+    """A function building the policy engine, when the configuration has a policy (its
+    own tables, or ``rules.squidguard_conf``); None otherwise. Each call re-reads the
+    policy, so a reload (SIGHUP) picks up policy changes."""
+    from urlsieve.policy.build import build_rules, load_rules
+    from urlsieve.policy.engine import PolicyEngine
+    from urlsieve.policy.native import read_native
+    from urlsieve.policy.squidguard import read_squidguard
+
+    if config.squidguard_conf:
+        conf_path = config.squidguard_conf
+
+        def load_squidguard() -> PolicyEngine:
+            conf = read_squidguard(conf_path)
+            rules = build_rules(conf.policy, config.lists, config.allow)
+            return PolicyEngine(conf.policy, rules.filter, expressions=rules.expressions)
+
+        return load_squidguard
+    if config.policy is None:
+        return None
+    source_file = config.source_file
+
+    def load_policy() -> PolicyEngine:
+        import tomllib
+
+        policy = config.policy
+        if source_file:
+            with open(source_file, "rb") as fh:
+                policy = read_native(tomllib.load(fh), source_file)
+        assert policy is not None
+        if config.snapshot:
+            rules = load_rules(config.snapshot)
+        else:
+            rules = build_rules(policy, config.lists, config.allow)
+        return PolicyEngine(policy, rules.filter, expressions=rules.expressions)
+
+    return load_policy

@@ -55,7 +55,14 @@ from urlsieve.rules.readers import (
     strip_comment,
 )
 
-__all__ = ["MAX_LIST_BYTES", "LoadResult", "list_files", "load_lists", "read_list_text"]
+__all__ = [
+    "MAX_LIST_BYTES",
+    "LoadResult",
+    "list_files",
+    "load_category_files",
+    "load_lists",
+    "read_list_text",
+]
 
 #: The largest list file read (after gunzipping): 1 GiB.
 MAX_LIST_BYTES = 1 << 30
@@ -367,6 +374,39 @@ def load_lists(
         except OSError as exc:  # unreadable file or directory (e.g. Squid's 'proxy' user)
             where = str(exc.filename) if exc.filename else str(path)
             raise RuleSyntaxError(f"cannot read ({exc.strerror or exc})", where) from exc
+    return loader.result
+
+
+def load_category_files(
+    category: str,
+    *,
+    domains: str | os.PathLike[str] | None = None,
+    urls: str | os.PathLike[str] | None = None,
+    action: str = BLOCK,
+    strict: bool = False,
+    sink: RuleSink | None = None,
+) -> LoadResult:
+    """A squidGuard destination's ``domainlist`` and ``urllist`` files, wherever they are
+    and whatever their names, read as one category (``category``)."""
+    loader = _Loader(
+        action=action,
+        format="auto",
+        category=category,
+        categories=None,
+        strict=strict,
+        progress=None,
+        sink=sink,
+    )
+    for path, kind, parse in (
+        (domains, "squidguard-domains", _domains_line),
+        (urls, "squidguard-urls", _urls_line),
+    ):
+        if path is None:
+            continue
+        try:
+            loader._read(Path(path), kind, parse, category, action)
+        except OSError as exc:
+            raise RuleSyntaxError(f"cannot read ({exc.strerror or exc})", str(path)) from exc
     return loader.result
 
 

@@ -1,0 +1,89 @@
+"""Compiling a policy's destinations into one snapshot, and loading a compiled policy.
+
+Each destination's ``domainlist`` and ``urllist`` are read as one category named
+after it; the lists of ``[rules]`` (UT1 trees) add their own categories beside.
+The expression lists are read and checked here (RE2), so a bad line is reported
+as ``file:line: reason`` at compile time and the good lines still load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from urlsieve.exceptions import RuleSyntaxError
+from urlsieve.filter import Filter
+from urlsieve.match.snapshot import SnapshotBuilder, SnapshotMatcher
+from urlsieve.policy.expressions import ExpressionSet, read_expressions
+from urlsieve.policy.model import Policy
+from urlsieve.rules.load import LoadResult, load_category_files, load_lists
+from urlsieve.rules.model import ALLOW
+
+__all__ = ["PolicyRules", "build_rules"]
+
+
+@dataclass
+class PolicyRules:
+    """A policy's compiled rules: the filter (categories = destinations), the expression
+    lists, and every line skipped on the way."""
+
+    filter: Filter
+    expressions: ExpressionSet
+    warnings: list[RuleSyntaxError] = field(default_factory=list)
+    patterns: dict[str, list[str]] = field(default_factory=dict)
+
+
+def build_rules(
+    policy: Policy,
+    lists: Sequence[str] = (),
+    allow: Sequence[str] = (),
+    *,
+    strict: bool = False,
+    meta: dict[str, object] | None = None,
+) -> PolicyRules:
+    """Read every list the policy names (and ``lists``/``allow`` trees) into one snapshot."""
+    builder = SnapshotBuilder()
+    result = LoadResult()
+    if lists:
+        tree = load_lists(lists, strict=strict, sink=builder.add)
+        _merge(result, tree)
+    if allow:
+        _merge(result, load_lists(allow, action=ALLOW, strict=strict, sink=builder.add))
+    patterns: dict[str, list[str]] = {}
+    warnings: list[RuleSyntaxError] = []
+    for dest in policy.dests.values():
+        if dest.domainlist or dest.urllist:
+            loaded = load_category_files(
+                dest.name,
+                domains=dest.domainlist,
+                urls=dest.urllist,
+                strict=strict,
+                sink=builder.add,
+            )
+            _merge(result, loaded)
+        if dest.expressionlist:
+            good, bad = read_expressions(dest.expressionlist)
+            if bad and strict:
+                raise bad[0]
+            warnings += bad
+            patterns[dest.name] = [p for p, _line in good]
+    meta = {**(meta or {}), "aliases": dict(result.aliases), "expressions": patterns}
+    matcher = SnapshotMatcher.from_image(builder.build(meta))
+    rules = Filter(matcher, load=result)
+    return PolicyRules(rules, ExpressionSet(patterns), result.warnings + warnings, patterns)
+
+
+def load_rules(path: str) -> PolicyRules:
+    """A compiled policy snapshot (written by :func:`build_rules` and ``Filter.save``)."""
+    rules = Filter.load(path)
+    info = rules.info
+    patterns = dict(info.meta.get("expressions", {})) if info is not None else {}
+    return PolicyRules(rules, ExpressionSet(patterns), [], patterns)
+
+
+def _merge(into: LoadResult, other: LoadResult) -> None:
+    into.reports += other.reports
+    into.aliases.update(other.aliases)
+    into.skipped += other.skipped
+    for name, where in other.categories.items():
+        into.categories.setdefault(name, where)
