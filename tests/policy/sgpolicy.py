@@ -272,3 +272,153 @@ def line(url: str, client: tuple[str, str | None, str | None]) -> str:
     address, name, user = client
     method = "CONNECT" if "://" not in url else "GET"
     return f"{url} {address}/{name or '-'} {user or '-'} {method}"
+
+
+#: The same policy written natively (urlsieve's TOML tables), by hand.
+NATIVE = """\
+[policy]
+timezone = "UTC"
+dbhome = "{db}"
+
+[squid]
+mode = "rewrite"
+redirect_url = "http://unused.test/"
+
+[[time]]
+name = "lessons"
+weekly = ["mtwhf 08:00-12:00 13:00-15:30"]
+
+[[time]]
+name = "lunch"
+weekly = ["mondays tuesdays wednesdays thursdays fridays 12:00-13:00"]
+
+[[time]]
+name = "opening"
+weekly = ["mtwhfa 09:00-18:00"]
+dates = ["*.12.24 09:00-12:00"]
+
+[[time]]
+name = "holidays"
+dates = ["2026.07.01-2026.08.31", "*.12.25"]
+
+[[dest]]
+name = "porn"
+domainlist = "porn/domains"
+urllist = "porn/urls"
+redirect = "http://block.test/porn.html?url=%u&src=%s"
+
+[[dest]]
+name = "games"
+domainlist = "games/domains"
+urllist = "games/urls"
+expressionlist = "games/expressions"
+
+[[dest]]
+name = "social"
+domainlist = "social/domains"
+
+[[dest]]
+name = "ads"
+domainlist = "ads/domains"
+urllist = "ads/urls"
+redirect = "http://block.test/ads.gif"
+
+[[dest]]
+name = "good"
+domainlist = "good/domains"
+urllist = "good/urls"
+
+[[dest]]
+name = "warez"
+domainlist = "warez/domains"
+
+[[dest]]
+name = "news"
+domainlist = "news/domains"
+
+[[source]]
+name = "admins"
+ip = ["10.0.9.1", "10.0.9.2"]
+user = ["root", "admin"]
+
+[[source]]
+name = "teachers"
+userlist = "teachers.users"
+
+[[source]]
+name = "lab"
+ip = ["10.0.5.0/255.255.255.0"]
+domain = ["lab.school.test"]
+
+[[source]]
+name = "students"
+ip = ["10.0.1.0/24", "10.0.2.10-10.0.2.20"]
+iplist = "students.ips"
+
+[[source]]
+name = "guests"
+ip = ["192.168.50.0/24"]
+within = "opening"
+
+[[source]]
+name = "staff"
+ip = ["10.0.3.0/24"]
+
+[[rewrite]]
+name = "safe"
+substitutions = [
+    's@(google\\.[a-z]+/search\\?)@\\1safe=active\\&@i',
+    's@^http://old\\.school\\.example/@http://school.example/@r',
+]
+
+[[acl]]
+source = "admins"
+pass = ["!warez", "all"]
+
+[[acl]]
+source = "teachers"
+within = "lessons"
+pass = ["good", "!porn", "!warez", "all"]
+redirect = "http://block.test/teachers?t=%t&u=%u&i=%i"
+else = {{ pass = ["!porn", "all"], rewrite = "safe" }}
+
+[[acl]]
+source = "lab"
+pass = ["good", "!in-addr", "none"]
+redirect = "http://block.test/lab?a=%a&n=%n"
+
+[[acl]]
+source = "students"
+within = "lessons"
+pass = ["good", "!porn", "!games", "!social", "!ads", "!warez", "!in-addr", "all"]
+redirect = "http://block.test/students?t=%t&s=%s&p=%p"
+rewrite = "safe"
+
+[acl.else]
+pass = ["good", "!porn", "!warez", "!in-addr", "all"]
+redirect = "http://block.test/students-free?t=%t"
+
+[[acl]]
+source = "guests"
+pass = ["!porn", "!games", "!social", "!in-addr", "all"]
+redirect = "302:http://block.test/guests?t=%t"
+
+[[acl]]
+source = "staff"
+outside = "lunch"
+pass = ["!porn", "!games", "!social", "!warez", "all"]
+redirect = "http://block.test/staff?t=%t"
+else = {{ pass = ["!porn", "!warez", "all"], redirect = "http://block.test/staff-lunch?t=%t" }}
+
+[[acl]]
+source = "default"
+pass = ["!porn", "!warez", "!ads", "!in-addr", "all"]
+redirect = "http://block.test/default?t=%t&a=%a&u=%u"
+"""
+
+
+def write_native(root: Path) -> Path:
+    """The native configuration beside the tree :func:`write_tree` wrote."""
+    path = root / "urlsieve.toml"
+    path.write_text(NATIVE.format(db=root / "db"))
+    return path

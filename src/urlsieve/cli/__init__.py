@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from urlsieve import __version__
-from urlsieve.cli import canon, check, dedup, demo, explain, serve, squid_helper
+from urlsieve.cli import canon, check, dedup, demo, explain, import_cmd, serve, squid_helper
 from urlsieve.cli import compile as compile_cmd
 from urlsieve.cli import config as config_cmd
 from urlsieve.cli import filter as filter_command
@@ -32,6 +32,7 @@ SUBCOMMANDS = (
     squid_helper,
     serve,
     config_cmd,
+    import_cmd,
 )
 
 

@@ -8,10 +8,12 @@ import sys
 import time
 from typing import Any
 
+from urlsieve.cli._policy import add_who_arguments, policy_engine, wants_policy, who_and_when
 from urlsieve.exceptions import ConfigError, UrlsieveError
 from urlsieve.gateway.config import ENV_VARS, GatewayConfig, describe, load_config
 from urlsieve.gateway.ruleset import load_selected
 from urlsieve.match.snapshot import SnapshotError, read_snapshot_info
+from urlsieve.policy.engine import describe_request
 
 
 def register(sub: Any) -> None:
@@ -30,6 +32,7 @@ def register(sub: Any) -> None:
         ),
     )
     check.add_argument("file", metavar="FILE")
+    add_who_arguments(check)
     check.set_defaults(run=run)
 
 
@@ -48,11 +51,24 @@ def _selection(config: GatewayConfig, problems: list[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(args.file, env=os.environ)
+    config = load_config(
+        args.file, env=os.environ, overrides={"squidguard_conf": args.squidguard_conf}
+    )
     if config.helper_configured:
         config.validate(helper=True)
     lines = describe(config)
     problems: list[str] = []
+    if config.policy is not None or config.squidguard_conf:
+        engine = policy_engine(config)  # every policy error is raised here, with file:line
+        policy = engine.policy
+        lines.append(
+            f"policy: {len(policy.sources)} sources, {len(policy.times)} time rules, "
+            f"{len(policy.acls)} ACLs, {len(policy.dests)} destinations, "
+            f"{len(policy.rewrites)} rewrites, time zone {policy.timezone or 'local'}"
+        )
+        if wants_policy(args):
+            who, at = who_and_when(args, engine)
+            lines += describe_request(engine, who, at)
     for path in (*config.lists, *config.allow):
         if not os.path.exists(path):
             problems.append(f"list {path} does not exist")

@@ -344,6 +344,16 @@ def describe(config: GatewayConfig) -> list[str]:
         out.append(f"{label}: {', '.join(items) if items else '(none)'}{origin(name)}")
     categories = ", ".join(config.categories) if config.categories else "all in the lists"
     out.append(f"categories blocked: {categories}{origin('categories')}")
+    if config.policy is not None or config.squidguard_conf:
+        out.append(
+            "policy: "
+            + (
+                f"squidGuard configuration {config.squidguard_conf}"
+                if config.squidguard_conf
+                else "the [[source]]/[[time]]/[[acl]] tables of this file"
+            )
+            + "; block pages come from its ACLs and destinations"
+        )
     if not config.helper_configured:
         out.append("squid helper: not configured (no [squid] options)")
     elif config.mode is HelperMode.ACL:
@@ -354,9 +364,10 @@ def describe(config: GatewayConfig) -> list[str]:
     else:
         verb = "redirects" if config.mode is HelperMode.REDIRECT else "rewrites"
         status = f" with status {config.status}" if config.mode is HelperMode.REDIRECT else ""
+        page = config.redirect_url or "the policy's block pages"
         out.append(
             f"squid helper: url_rewrite_program form: {verb} blocked URLs to "
-            f"{config.redirect_url}{status}{origin('mode')}"
+            f"{page}{status}{origin('mode')}"
         )
     fail = (
         "block every request and log why"

@@ -320,3 +320,85 @@ def _host_is_ip(url: str) -> bool:
         return parse_url(url).is_ip
     except InvalidURL:
         return False
+
+
+def parse_when(text: str | None, zone: str | None = None) -> float | None:
+    """``2026-05-01T10:00`` (ISO 8601, in ``zone`` or local time unless it has an offset)
+    → a Unix time; None → None (now)."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r}: write a date and time as 2026-05-01T10:00") from None
+    if when.tzinfo is None and zone:
+        when = when.replace(tzinfo=ZoneInfo(zone))
+    return when.timestamp()
+
+
+def describe_request(engine: PolicyEngine, who: Who, at: float | None = None) -> list[str]:
+    """Lines saying which source, ACL, time rule and pass list apply to ``who`` at ``at``."""
+    engine._tick(at)
+    now = engine._now
+    policy = engine.policy
+    source = engine.source_of(who, now)
+    plan = engine._resolve(who, now)
+    lines = [
+        f"when: {now:%Y-%m-%d %H:%M %A} ({policy.timezone or 'local time'})",
+        f"client: {who.client or '-'}  name: {who.client_name or '-'}  user: {who.user or '-'}",
+        f"source: {source.name if source else 'none matches: the default ACL'}"
+        + (f"  ({source.where})" if source is not None and source.where else ""),
+    ]
+    acl = policy.acls.get(plan.acl)
+    if acl is not None and acl.time is not None:
+        holds = policy.times[acl.time].holds(now)
+        side = "within" if acl.within else "outside"
+        now_text = "holds" if holds else "does not hold"
+        chosen = "its pass list" if plan.within else "the else pass list"
+        lines.append(
+            f"acl: {plan.acl}, {side} time rule {acl.time!r} (it {now_text} now): {chosen}"
+        )
+    else:
+        lines.append(f"acl: {plan.acl}")
+    lines.append("pass list: " + " ".join(str(e) for e in plan.branch.passes))
+    blocked = [e.name for e in plan.branch.passes if not e.allow]
+    lines.append(f"categories blocked: {', '.join(blocked) or '(none)'}")
+    if plan.redirect:
+        lines.append(f"block page: {plan.redirect}")
+    if plan.branch.rewrite:
+        lines.append(f"rewrite: {plan.branch.rewrite}")
+    return lines
+
+
+def explain_decision(
+    engine: PolicyEngine, url: str, who: Who, at: float | None = None
+) -> list[str]:
+    """:func:`describe_request`, then the decision for ``url`` and the rule that made it."""
+    lines = describe_request(engine, who, at)
+    decision = engine.decide(url, who, at)
+    lines.append(f"url: {url}")
+    if decision.rule_id >= 0:
+        rule = engine.rules.rule(decision.rule_id)
+        lines.append(f"matched: {rule.pattern!r} in {decision.category} ({rule.where})")
+    elif decision.category:
+        lines.append(f"matched: {decision.category}")
+    else:
+        lines.append("matched: nothing in the pass list (blocked)")
+    verdict = {"pass": "PASS", "block": "BLOCK", "rewrite": "REWRITE"}[decision.action]
+    target = decision.target
+    if decision.action == BLOCK and target:
+        from urlsieve.policy.pages import render_page, split_status
+
+        status, template = split_status(target)
+        target = render_page(
+            template,
+            url=url,
+            client=who.client,
+            client_name=who.client_name,
+            user=who.user,
+            source=decision.source,
+            target=decision.category,
+        ) + (f" (status {status})" if status else "")
+    detail = f" → {target}" if target else ""
+    lines.append(f"decision: {verdict}{detail}")
+    return lines
