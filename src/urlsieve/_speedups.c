@@ -727,14 +727,26 @@ static PyObject *
 snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 5 && nargs != 6) {
+    if (nargs != 5 && nargs != 6 && nargs != 8) {
         PyErr_SetString(PyExc_TypeError,
-                        "snapshot_match(image, layout, urls, mask, out[, canonical]) takes 5 "
-                        "or 6 arguments");
+                        "snapshot_match(image, layout, urls, mask, out[, canonical[, rows, "
+                        "stride]]) takes 5, 6 or 8 arguments");
         return NULL;
     }
     PyObject *layout = args[1], *urls = args[2], *mask_obj = args[3];
-    PyObject *canon = nargs == 6 && args[5] != Py_None ? args[5] : NULL;
+    PyObject *canon = nargs >= 6 && args[5] != Py_None ? args[5] : NULL;
+    /* Per-URL masks: mask holds rows of `stride` bytes, rows[k] is the byte offset of
+     * URL k's row (the policy engine: one pass list per client, one call per batch). */
+    Py_ssize_t stride = 0;
+    if (nargs == 8) {
+        stride = PyLong_AsSsize_t(args[7]);
+        if (stride == -1 && PyErr_Occurred()) return NULL;
+        if (stride < 0 || mask_obj == Py_None) {
+            PyErr_SetString(PyExc_ValueError,
+                            "snapshot_match: rows need a mask and a stride >= 0");
+            return NULL;
+        }
+    }
     if (canon != NULL
         && (!PyList_Check(canon) || !PyList_Check(urls)
             || PyList_GET_SIZE(canon) != PyList_GET_SIZE(urls))) {
@@ -755,7 +767,7 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         v[k] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(layout, k));
         if (v[k] == (uint64_t)-1 && PyErr_Occurred()) return NULL;
     }
-    Py_buffer img, out, mask = {0};
+    Py_buffer img, out, mask = {0}, rows = {0};
     if (PyObject_GetBuffer(args[0], &img, PyBUF_SIMPLE) < 0) return NULL;
     if (PyObject_GetBuffer(args[4], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
         PyBuffer_Release(&img);
@@ -766,9 +778,28 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&out);
         return NULL;
     }
+    if (nargs == 8 && PyObject_GetBuffer(args[6], &rows, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&img);
+        PyBuffer_Release(&out);
+        PyBuffer_Release(&mask);
+        return NULL;
+    }
     PyObject *result = NULL;
     unsigned char *buf = NULL;
     Py_ssize_t n_urls = PyList_GET_SIZE(urls);
+    const int64_t *row_at = rows.obj ? rows.buf : NULL;
+    if (row_at != NULL) {
+        int bad_rows = rows.len != 8 * n_urls;
+        for (Py_ssize_t k = 0; k < n_urls && !bad_rows; k++) {
+            bad_rows = row_at[k] < 0 || row_at[k] > mask.len - stride;
+        }
+        if (bad_rows) {
+            PyErr_SetString(PyExc_ValueError,
+                            "snapshot_match: rows must hold one int64 per URL, each the offset "
+                            "of a whole row of the mask");
+            goto done;
+        }
+    }
     uint64_t size = (uint64_t)img.len;
     /* sections: (offset, bytes) inside the image, 8-byte aligned; tables powers of two */
     uint64_t sect[5][2] = {{v[0], v[1] * 16}, {v[2], v[3] * 16}, {v[4], v[5] * 4},
@@ -826,6 +857,10 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             ids[k] = -2;
             continue;
         }
+        if (row_at != NULL) {
+            im.mask = (const unsigned char *)mask.buf + row_at[k];
+            im.mask_len = stride;
+        }
         ids[k] = match_one(&im, text, len, &sp, buf);
         if (canon != NULL) {
             PyObject *form = text == rewritten ? canonical_text(text, len, &sp)
@@ -842,6 +877,7 @@ done:
     PyBuffer_Release(&img);
     PyBuffer_Release(&out);
     if (mask.obj) PyBuffer_Release(&mask);
+    if (rows.obj) PyBuffer_Release(&rows);
     return result;
 }
 #endif /* URLSIEVE_XXHASH */
@@ -1118,10 +1154,12 @@ static PyMethodDef methods[] = {
      "bloom_set(bits, block, masks, flags) -> None\n\nOR the masks of the flagged URLs in."},
 #ifdef URLSIEVE_XXHASH
     {"snapshot_match", (PyCFunction)(void (*)(void))snapshot_match, METH_FASTCALL,
-     "snapshot_match(image, layout, urls, mask, out[, canonical]) -> None\n\n"
+     "snapshot_match(image, layout, urls, mask, out[, canonical[, rows, stride]]) -> None\n\n"
      "Per URL of the list, the id of the deciding rule of a compiled image into out\n"
      "(int64): -1 when no rule matches, -2 off the canonical fast path; with a list\n"
-     "`canonical` as long as urls, each fast-path URL's canonical form is stored in it."},
+     "`canonical` as long as urls, each fast-path URL's canonical form is stored in it.\n"
+     "With rows (int64 per URL) and stride, URL k uses the mask bytes\n"
+     "mask[rows[k]:rows[k] + stride] (a pass list per client)."},
 #endif
 #ifdef URLSIEVE_XXHASH
     {"canonical_hashes", (PyCFunction)(void (*)(void))canonical_hashes, METH_FASTCALL,

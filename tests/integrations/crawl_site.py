@@ -49,6 +49,10 @@ def main(argv: list[str]) -> int:
         middleware = "urlsieve.integrations.scrapy.UrlsieveFilterMiddleware"
         settings["DOWNLOADER_MIDDLEWARES"] = {middleware: 50}
         settings["URLSIEVE_RULES"] = os.environ["CRAWL_RULES"]
+    if os.environ.get("CRAWL_POLICY"):  # the filter middleware, deciding by a policy
+        middleware = "urlsieve.integrations.scrapy.UrlsieveFilterMiddleware"
+        settings["DOWNLOADER_MIDDLEWARES"] = {middleware: 50}
+        settings["URLSIEVE_POLICY"] = os.environ["CRAWL_POLICY"]
     process = CrawlerProcess(settings=settings)
     crawler = process.create_crawler(SiteSpider)
     process.crawl(crawler, start_url=start_url)

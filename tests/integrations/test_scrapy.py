@@ -78,12 +78,18 @@ def site(tmp_path: Path) -> Iterator[_Site]:
 
 
 def crawl(
-    server: _Site, jobdir: Path, spec: str | None, rules: Path | None = None
+    server: _Site,
+    jobdir: Path,
+    spec: str | None,
+    rules: Path | None = None,
+    policy: Path | None = None,
 ) -> dict[str, Any]:
     url = f"http://127.0.0.1:{server.server_address[1]}/"
     args = [sys.executable, "-W", "error::DeprecationWarning", str(CRAWL), url, str(jobdir)]
     args += [spec] if spec else []
     env = {**os.environ, "CRAWL_RULES": str(rules)} if rules else None
+    if policy:
+        env = {**os.environ, "CRAWL_POLICY": str(policy)}
     proc = subprocess.run(
         args, check=False, capture_output=True, text=True, cwd=ROOT, timeout=120, env=env
     )
@@ -216,3 +222,71 @@ def test_middleware_drops_invalid_urls_only_when_asked() -> None:
     drop = UrlsieveFilterMiddleware(rules, drop_invalid=True)
     with pytest.raises(IgnoreRequest, match="cannot check"):
         drop.process_request(Request("data:text/plain,x"))
+
+
+POLICY = """
+[[dest]]
+name = "pages"
+urllist = "pages.urls"
+
+[[source]]
+name = "this-spider"
+user = ["site"]
+
+[[acl]]
+source = "this-spider"
+pass = ["!pages", "all"]
+
+[[acl]]
+source = "default"
+pass = ["all"]
+"""
+
+
+@pytest.mark.slow
+def test_real_crawl_decided_by_a_policy_for_its_spider(site: _Site, tmp_path: Path) -> None:
+    """The spider's name is the user a policy source names: its ACL blocks b.html."""
+    (tmp_path / "pages.urls").write_text("127.0.0.1/b.html\n")
+    policy = tmp_path / "urlsieve.toml"
+    policy.write_text(POLICY)
+    stats = crawl(site, tmp_path / "job", None, policy=policy)
+    fetched = {page(p) for p in site.requests}
+    assert fetched == DISTINCT - {"/b.html"}, site.requests
+    assert stats["urlsieve/blocked/pages"] >= 1
+    assert stats["urlsieve/policy/this-spider/this-spider/block"] >= 1
+
+
+def test_policy_middleware_who_asks_and_rewrites(tmp_path: Path) -> None:
+    from scrapy import Spider
+    from scrapy.exceptions import IgnoreRequest
+
+    from urlsieve.gateway.config import load_config
+    from urlsieve.gateway.ruleset import policy_loader
+    from urlsieve.integrations.scrapy import UrlsieveFilterMiddleware
+
+    (tmp_path / "pages.urls").write_text("example.org/private/\n")
+    policy = tmp_path / "urlsieve.toml"
+    policy.write_text(
+        POLICY.replace('user = ["site"]', 'user = ["site", "alice"]')
+        + '\n[[rewrite]]\nname = "https"\nsubstitutions = ["s@^http://plain\\\\.example/@https://plain.example/@"]\n'
+    )
+    text = policy.read_text().replace(
+        'source = "default"\npass = ["all"]',
+        'source = "default"\npass = ["all"]\nrewrite = "https"',
+    )
+    policy.write_text(text)
+    load = policy_loader(load_config(str(policy), needs_rules=False))
+    assert load is not None
+    engine = load()
+    mw = UrlsieveFilterMiddleware(engine.rules, policy=engine)
+    spider = Spider(name="site")
+    with pytest.raises(IgnoreRequest, match="pages"):
+        mw.process_request(Request("http://example.org/private/x"), spider)
+    other = Spider(name="other")
+    assert mw.process_request(Request("http://example.org/private/x"), other) is None
+    blocked = Request("http://example.org/private/x", meta={"urlsieve_user": "ALICE"})
+    with pytest.raises(IgnoreRequest):
+        mw.process_request(blocked, other)
+    rewritten = mw.process_request(Request("http://plain.example/a"), other)
+    assert rewritten is not None and rewritten.url == "https://plain.example/a"
+    assert mw.process_request(rewritten, other) is None  # never rewritten twice

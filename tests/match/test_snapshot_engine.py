@@ -235,3 +235,60 @@ def test_evasion_spellings_take_the_compiled_path_with_the_reference_verdict(
     for url, form in zip(urls, canonical, strict=True):
         if form is not None:
             assert form == parse_url(url).canonical, url
+
+
+# -- a mask per URL (the policy engine: each client's pass list) ----------------------------
+
+
+@pytest.mark.usefixtures("compiled")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    patterns=st.lists(st.sampled_from(rulegen.random_rules(300, 4)), min_size=1, max_size=40),
+    urls=st.lists(url_text, max_size=30),
+    seed=st.integers(0, 1000),
+    data=st.data(),
+)
+def test_a_mask_per_url_equals_the_reference_with_that_mask(
+    patterns: list[str], urls: list[str], seed: int, data: st.DataObject
+) -> None:
+    matcher = SnapshotMatcher.from_rules(rules_from(patterns, seed))
+    choices = [[], ["c0"], ["c1", "c3"], CATEGORIES, ["c2"]]
+    masks = [matcher.category_mask(c) or b"" for c in choices]
+    stride = len(matcher.categories)
+    assert all(len(m) == stride for m in masks)
+    rows = [data.draw(st.integers(0, len(masks) - 1)) for _ in urls]
+    forms: list[str | None] = [None] * len(urls)
+    got = matcher.ids_by_rows(urls, b"".join(masks), rows, forms)
+    for url, row, g, form in zip(urls, rows, got, forms, strict=True):
+        try:
+            parts = parse_url(url)
+        except InvalidURL:
+            assert isinstance(g, InvalidURL)
+            continue
+        assert g == matcher._best(parts, None, masks[row]), (url, choices[row])
+        assert form == parts.canonical
+
+
+@pytest.mark.usefixtures("compiled")
+def test_mask_rows_are_checked_by_the_compiled_entry_point() -> None:
+    matcher = SnapshotMatcher.from_rules(
+        [parse_rule("evil.com", BLOCK, "a"), parse_rule("x.org", BLOCK, "b")]
+    )
+    fn = speedups.snapshot_match  # type: ignore[union-attr]
+    view, layout = matcher._view, matcher._layout
+    out = np.empty(2, dtype=np.int64)
+    urls = ["http://evil.com/", "http://x.org/"]
+    masks = b"\x01\x00" + b"\x00\x01"
+    fn(view, layout, urls, masks, out, None, np.array([0, 0], dtype=np.int64), 2)
+    assert out.tolist() == [0, -1]
+    fn(view, layout, urls, masks, out, None, np.array([2, 2], dtype=np.int64), 2)
+    assert out.tolist() == [-1, 1]
+    for bad_rows in ([0, 3], [-1, 0], [0]):
+        with pytest.raises(ValueError, match="rows"):
+            fn(view, layout, urls, masks, out, None, np.array(bad_rows, dtype=np.int64), 2)
+    with pytest.raises(ValueError, match="stride"):
+        fn(view, layout, urls, None, out, None, np.array([0, 0], dtype=np.int64), 2)
+    with pytest.raises(ValueError, match="stride"):
+        fn(view, layout, urls, masks, out, None, np.array([0, 0], dtype=np.int64), -1)
+    with pytest.raises(TypeError):
+        fn(view, layout, urls, masks, out, None, np.array([0, 0], dtype=np.int64))

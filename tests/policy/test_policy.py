@@ -298,3 +298,32 @@ def test_native_errors_name_their_table(tmp_path: Path) -> None:
             loader = policy_loader(config)
             assert loader is not None
             loader()
+
+
+# -- safe search ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "rewritten"),
+    [
+        ("http://www.google.de/search?q=x", "http://www.google.de/search?safe=active&q=x"),
+        ("https://google.com/search?q=x&safe=off", "https://google.com/search?q=x&safe=active"),
+        ("https://www.bing.com/search?adlt=off&q=x", "https://www.bing.com/search?adlt=strict&q=x"),
+        ("https://duckduckgo.com/?q=x", "https://duckduckgo.com/?kp=1&q=x"),
+        ("https://search.yahoo.com/search?p=x", "https://search.yahoo.com/search?vm=r&p=x"),
+        ("https://yandex.ru/search/?text=x", "https://yandex.ru/search/?family=yes&text=x"),
+        ("https://www.google.com/search?q=x&safe=active", None),  # already safe: passes as is
+        ("http://example.com/search?q=x", None),
+        ("http://google.com.evil.test/search?q=x", None),
+    ],
+)
+def test_built_in_safe_search(url: str, rewritten: str | None) -> None:
+    text = (
+        '[[rewrite]]\nname = "safe"\nsafe_search = true\n'
+        '[[acl]]\nsource = "default"\npass = ["all"]\nrewrite = "safe"\n'
+    )
+    policy = read_native(tomllib.loads(text), "/nowhere/u.toml")
+    engine = PolicyEngine(policy, Filter([parse_rule("x.test")]))
+    decision = engine.decide(url)
+    assert decision.target == rewritten
+    assert decision.action == (PASS if rewritten is None else "rewrite")

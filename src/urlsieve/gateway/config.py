@@ -77,6 +77,11 @@ class GatewayConfig:
     token: str | None = field(default=None, repr=False)
     token_file: str | None = None
     seen_store: str | None = None
+    #: Peers of the service whose client fields and headers are believed (policies).
+    trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")
+    #: Headers a trusted peer names the client and the user in (e.g. X-Forwarded-For).
+    client_header: str | None = None
+    user_header: str | None = None
     #: A squidGuard.conf to run from as it is (its dests, sources, times and ACLs).
     squidguard_conf: str | None = None
     #: The policy written in the file's [[source]]/[[time]]/[[dest]]/[[acl]] tables.
@@ -195,6 +200,9 @@ _OPTIONS: dict[str, tuple[str, str, str, str]] = {
     "token": ("service", "token", "URLSIEVE_TOKEN", "str"),
     "token_file": ("service", "token_file", "URLSIEVE_TOKEN_FILE", "path"),
     "seen_store": ("service", "seen_store", "URLSIEVE_SEEN_STORE", "str"),
+    "trusted_proxies": ("service", "trusted_proxies", "URLSIEVE_TRUSTED_PROXIES", "addresses"),
+    "client_header": ("service", "client_header", "URLSIEVE_CLIENT_HEADER", "str"),
+    "user_header": ("service", "user_header", "URLSIEVE_USER_HEADER", "str"),
 }
 
 #: Environment variable → option, for the documentation and ``config check``.
@@ -224,6 +232,19 @@ def _convert(name: str, kind: str, value: Any, where: str, base: Path | None) ->
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise bad("a list of category names")
+        return tuple(value)
+    if kind == "addresses":
+        if isinstance(value, str):  # environment: comma-separated
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad("a list of addresses or networks")
+        from urlsieve.policy.clients import AddressSyntaxError, parse_address
+
+        for item in value:
+            try:
+                parse_address(item)
+            except AddressSyntaxError as exc:
+                raise ConfigError(f"{where}: {name}: {exc}") from None
         return tuple(value)
     if kind == "path":
         return path(value)

@@ -76,6 +76,7 @@ class Metrics:
         self.requests: Counter[tuple[str, str, int]] = Counter()
         self.decisions: Counter[tuple[str, str]] = Counter()
         self.seen_ops: Counter[tuple[str, str]] = Counter()
+        self.policy: Counter[tuple[str, str, str]] = Counter()
         self._latency: dict[str, _Histogram] = {}
         self.started = time.time()
 
@@ -93,6 +94,11 @@ class Metrics:
         """Count ``(action, category)`` pairs (category ``-`` when there is none)."""
         with self._lock:
             self.decisions.update(decisions)
+
+    def count_policy(self, decisions: Iterable[tuple[str, str, str]]) -> None:
+        """Count ``(source, acl, action)`` of policy decisions (names from the policy)."""
+        with self._lock:
+            self.policy.update(decisions)
 
     def count_seen(self, op: str, results: Iterable[bool]) -> None:
         with self._lock:
@@ -122,6 +128,15 @@ class Metrics:
             for (action, category), n in sorted(self.decisions.items()):
                 labels = _labels({"action": action, "category": category})
                 out.append(f"urlsieve_decisions_total{labels} {n}")
+            if self.policy:
+                family(
+                    "urlsieve_policy_decisions_total",
+                    "counter",
+                    "Policy decisions by source, ACL and action (pass, block, rewrite)",
+                )
+                for (source, acl, action), n in sorted(self.policy.items()):
+                    labels = _labels({"source": source, "acl": acl, "action": action})
+                    out.append(f"urlsieve_policy_decisions_total{labels} {n}")
             family("urlsieve_seen_total", "counter", "Seen-store answers by operation and result")
             for (op, result), n in sorted(self.seen_ops.items()):
                 out.append(f"urlsieve_seen_total{_labels({'op': op, 'result': result})} {n}")

@@ -14,7 +14,11 @@ whatever fails is answered by the failure mode, as in the plain helper.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
+
+from urlsieve._accel import speedups
 from urlsieve.exceptions import InvalidURL
 from urlsieve.gateway.protocol import (
     HelperMode,
@@ -25,10 +29,17 @@ from urlsieve.gateway.protocol import (
     parse_request,
 )
 from urlsieve.gateway.squid import SquidHelper
-from urlsieve.policy.engine import BLOCK, REWRITE, Decision, PolicyEngine, Who
+from urlsieve.policy.engine import BLOCK, PASS, REWRITE, WARN, Decision, PolicyEngine, Who
 from urlsieve.policy.pages import render_page, split_status
 
 __all__ = ["POLICY_FALLBACK_PAGE", "PolicyHelper"]
+
+_scan = getattr(speedups, "squid_scan", None)
+
+
+def who_fields(who: Who) -> tuple[str | None, str | None, str | None]:
+    return who.client, who.client_name, who.user
+
 
 #: The block page of a policy whose ACLs name none (and no squid.redirect_url is set).
 POLICY_FALLBACK_PAGE = "http://blocked.invalid/?target=%t&source=%s&url=%u"
@@ -36,6 +47,10 @@ POLICY_FALLBACK_PAGE = "http://blocked.invalid/?target=%t&source=%s&url=%u"
 
 class PolicyHelper(SquidHelper):
     """Answers request lines by the policy of the current :class:`PolicyEngine`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._whos: dict[bytes, Who] = {}
 
     def _engine(self) -> PolicyEngine:
         engine: PolicyEngine = self.rules.get()  # type: ignore[assignment]
@@ -45,30 +60,70 @@ class PolicyHelper(SquidHelper):
         if self._escaped:  # external ACL: each URL has several readings, line by line
             return [self.handle(line) for line in lines]
         engine = self._engine()  # no rules: the batch fails as a whole, handle() answers
-        requests: list[HelperRequest | None] = []
-        for line in lines:
-            try:
-                requests.append(parse_request(line, channels=self.settings.channels, escaped=False))
-            except ProtocolError:
-                requests.append(None)
-        good = [r for r in requests if r is not None]
-        decided = iter(
-            engine.decide_many(
-                [r.target for r in good], [Who(r.client, r.client_name, r.user) for r in good]
-            )
-        )
-        replies = []
-        for line, request in zip(lines, requests, strict=True):
-            if request is None:
-                replies.append(self.handle(line))
+        lines = list(lines)
+        channels = self.settings.channels
+        ids = np.empty(len(lines), dtype=np.int64)
+        if _scan is not None:
+            mode = 0 if channels is False else 1 if channels else 2
+            urls: list[str | None] = _scan(lines, mode, False, ids)
+        else:
+            urls = [None] * len(lines)
+        chan: list[int] = ids.tolist() if _scan is not None else [-1] * len(lines)
+        picked: list[int] = []
+        targets: list[str] = []
+        whos: list[Who] = []
+        rests: list[bytes] = []
+        who_of = self._who_of
+        for k, (line, url) in enumerate(zip(lines, urls, strict=True)):
+            if url is None:
                 continue
-            decision = next(decided)
+            # Squid's own lines: "[channel ]URL fields…", single spaces; others are parsed.
+            parts = line.split(b" ", 1 if chan[k] < 0 else 2)
+            head = parts[0] if chan[k] < 0 else (parts[1] if len(parts) > 1 else b"")
+            if len(head) != len(url):
+                urls[k] = None
+                continue
+            rest = parts[-1] if len(parts) > (1 if chan[k] < 0 else 2) else b""
+            who = who_of(rest)
+            if who is None:
+                urls[k] = None
+                continue
+            picked.append(k)
+            targets.append(url)
+            whos.append(who)
+            rests.append(rest)
+        decided = engine.decide_many(targets, whos) if targets else []
+        replies: list[str | None] = [None] * len(lines)
+        for k, url, who, decision in zip(picked, targets, whos, decided, strict=True):
             if isinstance(decision, InvalidURL):
-                replies.append(self.handle(line))
-                continue
+                continue  # answered below by handle(): the failure mode, with why
+            channel = chan[k]
             self.stats.requests += 1
-            replies.append(self._render(request, decision))
-        return replies
+            if decision.action == PASS:
+                self.stats.allowed += 1
+                replies[k] = "ERR\n" if channel < 0 else f"{channel} ERR\n"
+            else:
+                request = HelperRequest(
+                    None if channel < 0 else str(channel), url, *who_fields(who)
+                )
+                replies[k] = self._render(request, decision)
+        return [
+            reply if reply is not None else self.handle(line)
+            for line, reply in zip(lines, replies, strict=True)
+        ]
+
+    def _who_of(self, rest: bytes) -> Who | None:
+        """Who asks, from the fields after the URL (cached: a client sends many requests);
+        None for fields the usual path must read (a CONNECT method)."""
+        who = self._whos.get(rest)
+        if who is None:
+            if len(self._whos) >= 1 << 16:
+                self._whos.clear()
+            request = parse_request(b"http://fields.invalid/ " + rest, channels=False)
+            if request.method == "CONNECT":
+                return None
+            who = self._whos[rest] = Who(request.client, request.client_name, request.user)
+        return who
 
     def _answer(self, request: HelperRequest) -> str:
         self.stats.requests += 1
@@ -95,11 +150,12 @@ class PolicyHelper(SquidHelper):
     def _render(self, request: HelperRequest, decision: Decision) -> str:
         settings = self.settings
         channel = request.channel
-        if decision.action == BLOCK:
+        if decision.action in (BLOCK, WARN):  # a warning is a block page with "continue"
             self.stats.blocked += 1
             category = decision.category or "none"
             if settings.mode is HelperMode.ACL:
-                why = f"blocked by {category} (source {decision.source}, acl {decision.acl})"
+                verb = "warned about" if decision.action == WARN else "blocked by"
+                why = f"{verb} {category} (source {decision.source}, acl {decision.acl})"
                 return format_reply(channel, "OK", tag=category, message=why, log=why)
             template = decision.target or settings.redirect_url or ""
             status, template = split_status(template)

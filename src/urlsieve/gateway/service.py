@@ -6,6 +6,7 @@ Endpoints (the OpenAPI document is served at ``/openapi.json``):
 ``GET /v1/check``      ``?url=``: the verdict for one URL
 ``POST /v1/check``     ``{"urls": [...]}``: verdicts for a batch (at most 10,000)
 ``GET /v1/explain``    ``?url=``: canonical form, expressions probed, deciding rule
+``GET /v1/continue``   ``?url=``: continue past a policy warning (grant, then 303 to it)
 ``POST /v1/seen``      ``{"op": "add"|"test", "urls": [...]}`` on the configured seen store
 ``GET /metrics``       Prometheus text: requests, decisions, latency, snapshot version/age
 ``GET /healthz``       200 when rules are loaded, 503 (with the reason) when not
@@ -51,8 +52,10 @@ from urlsieve.fingerprint import canonical_bytes
 from urlsieve.gateway.config import GatewayConfig
 from urlsieve.gateway.live import LiveRules, NoRules
 from urlsieve.gateway.metrics import CONTENT_TYPE, Metrics
-from urlsieve.gateway.ruleset import filter_loader, rules_info
+from urlsieve.gateway.ruleset import filter_loader, policy_loader, rules_info
 from urlsieve.match.base import Explanation, Verdict
+from urlsieve.policy.clients import AddressSet, parse_address
+from urlsieve.policy.engine import BLOCK, WARN, Decision, PolicyEngine, Who
 from urlsieve.rules.model import Rule
 from urlsieve.seen import SeenStore, open_seen
 
@@ -97,12 +100,16 @@ class ServiceLimits:
 class ServiceState:
     """What the lifespan creates and the endpoints share."""
 
-    rules: LiveRules[Filter]
+    rules: LiveRules[Filter | PolicyEngine]
     metrics: Metrics
     seen: SeenStore | None
     token: str | None
     limits: ServiceLimits = field(default_factory=ServiceLimits)
     reloader: Reloader | None = None
+    #: Peers whose client fields and headers are believed (a policy's who-asks).
+    trusted: AddressSet = field(default_factory=AddressSet)
+    client_header: str | None = None
+    user_header: str | None = None
 
 
 class Reloader:
@@ -207,11 +214,83 @@ def _state(request: Request) -> ServiceState:
     return state
 
 
-def _rules(state: ServiceState) -> Filter:
+def _loaded(state: ServiceState) -> Filter | PolicyEngine:
     try:
         return state.rules.get()
     except NoRules as exc:
         raise ApiError(503, "no_rules", str(exc)) from None
+
+
+def _rules(state: ServiceState) -> Filter:
+    """The rules (a policy's own rules when a policy is configured)."""
+    loaded = _loaded(state)
+    return loaded.rules if isinstance(loaded, PolicyEngine) else loaded
+
+
+def _peer_trusted(request: Request, state: ServiceState) -> bool:
+    client = request.scope.get("client")
+    host = client[0] if client else None
+    return bool(host) and host in state.trusted
+
+
+def _who(request: Request, state: ServiceState, body: dict[str, Any] | None = None) -> Who:
+    """Who asks, for a policy: the TCP peer's address, unless the peer is a trusted proxy
+    (``service.trusted_proxies``), whose word is taken from ``?client=``/``?user=``/
+    ``?client_name=`` (or the body's fields), else from the configured headers. An
+    untrusted caller cannot claim to be another client: its fields are refused (403)."""
+    peer = request.scope.get("client")
+    fields: dict[str, str | None] = {"client": peer[0] if peer else None}
+    given: dict[str, str] = {}
+    query = request.scope.get("query_string", b"")
+    for name in ("client", "user", "client_name"):
+        values = _query_values(query, name.encode())
+        if body is not None and isinstance(body.get(name), str):
+            values.append(body[name].encode("utf-8", "surrogatepass"))
+        if len(values) > 1:
+            raise ApiError(400, "repeated_field", f"{name} is given {len(values)} times")
+        if values:
+            given[name] = values[0].decode("utf-8", "replace")[:256]
+    trusted = _peer_trusted(request, state)
+    if given and not trusted:
+        raise ApiError(
+            403,
+            "untrusted_client_fields",
+            f"{', '.join(sorted(given))} may only be set by a trusted proxy "
+            "(service.trusted_proxies); the peer address is used otherwise",
+        )
+    if trusted:
+        for name, header in (("client", state.client_header), ("user", state.user_header)):
+            if header and name not in given:
+                value = request.headers.get(header)
+                if value:  # X-Forwarded-For: the address the proxy saw, the last one
+                    given[name] = value.split(",")[-1].strip()[:256]
+    fields.update(given)
+    return Who(fields.get("client"), fields.get("client_name"), fields.get("user"))
+
+
+def decision_json(url: str, decision: Decision | InvalidURL) -> dict[str, Any]:
+    if isinstance(decision, InvalidURL):
+        return invalid_url_json(url, decision)
+    return {
+        "url": url,
+        "action": {BLOCK: "block", WARN: "warn"}.get(decision.action, "allow"),
+        "category": decision.category if decision.action in (BLOCK, WARN) else None,
+        "policy": {
+            "source": decision.source,
+            "acl": decision.acl,
+            "within": decision.within,
+            "decided_by": decision.category,
+            "action": decision.action,
+            "target": decision.target,
+            "redirect_status": decision.status,
+        },
+    }
+
+
+def _count_policy(state: ServiceState, decisions: list[Decision | InvalidURL]) -> None:
+    state.metrics.count_policy(
+        (d.source, d.acl, d.action) for d in decisions if not isinstance(d, InvalidURL)
+    )
 
 
 async def _off_loop(cost: int, fn: Callable[..., T], *args: Any) -> T:
@@ -437,7 +516,17 @@ def _count(state: ServiceState, results: list[dict[str, Any]]) -> None:
 async def check_one(request: Request) -> Response:
     state = _state(request)
     url = _url_param(request)
-    rules = _rules(state)
+    loaded = _loaded(state)
+    if isinstance(loaded, PolicyEngine):
+        who = _who(request, state)
+        decided = (await _off_loop(len(url), loaded.decide_many, [url], [who]))[0]
+        if isinstance(decided, InvalidURL):
+            raise ApiError(422, "invalid_url", f"{decided.reason}: {url[:200]!r}")
+        result = decision_json(url, decided)
+        _count(state, [result])
+        _count_policy(state, [decided])
+        return JSONResponse(result)
+    rules = loaded
     try:
         result = verdict_json(url, await _off_loop(len(url), rules.check, url))
     except InvalidURL as exc:
@@ -448,12 +537,46 @@ async def check_one(request: Request) -> Response:
 
 async def check_batch(request: Request) -> Response:
     state = _state(request)
-    urls = _url_list(await _json_body(request, state.limits))
-    rules = _rules(state)
+    data = await _json_body(request, state.limits)
+    urls = _url_list(data)
+    loaded = _loaded(state)
     cost = _chars(urls)
+    if isinstance(loaded, PolicyEngine):
+        who = _who(request, state, data)
+        decided = await _off_loop(cost, loaded.decide_many, urls, [who] * len(urls))
+        results = [decision_json(u, d) for u, d in zip(urls, decided, strict=True)]
+        _count(state, results)
+        _count_policy(state, decided)
+        return await _off_loop(cost, JSONResponse, {"results": results})
+    rules = loaded
     results = await _off_loop(cost, _check_batch, rules, urls)
     _count(state, results)
     return await _off_loop(cost, JSONResponse, {"results": results})
+
+
+async def continue_warned(request: Request) -> Response:
+    """``GET /v1/continue?url=``: the client chose to continue past a warning; it is let
+    through to the URL's site for the policy's warn time, then sent on to the URL (303)."""
+    state = _state(request)
+    url = _url_param(request)
+    loaded = _loaded(state)
+    if not isinstance(loaded, PolicyEngine) or loaded.grants is None:
+        raise ApiError(404, "no_warn_store", "no policy with a warn_store is configured")
+    if not url.lower().startswith(("http://", "https://")):
+        raise ApiError(422, "invalid_url", "continue takes an http:// or https:// URL")
+    who = _who(request, state)
+    try:
+        site, canonical = await run_in_threadpool(loaded.grant, url, who)
+    except InvalidURL as exc:
+        raise ApiError(422, "invalid_url", f"{exc.reason}: {url[:200]!r}") from None
+    except StoreError as exc:
+        raise ApiError(503, "warn_store_unavailable", str(exc)) from None
+    state.metrics.count_policy([("-", "-", "continue")])
+    return Response(
+        status_code=303,
+        # The canonical form: ASCII, percent-encoded, so the header cannot be split.
+        headers={"location": canonical, "x-urlsieve-granted": site, "cache-control": "no-store"},
+    )
 
 
 async def explain(request: Request) -> Response:
@@ -511,7 +634,8 @@ async def metrics(request: Request) -> Response:
     state = _state(request)
     live = state.rules
     try:
-        current: Filter | None = live.get()
+        loaded = live.get()
+        current: Filter | None = loaded.rules if isinstance(loaded, PolicyEngine) else loaded
     except NoRules:
         current = None
     info = rules_info(current, live.loaded_at, live.generation)
@@ -523,9 +647,10 @@ async def healthz(request: Request) -> Response:
     state = _state(request)
     live = state.rules
     try:
-        current = live.get()
+        loaded = live.get()
     except NoRules as exc:
         return JSONResponse({"status": "no_rules", "detail": str(exc)}, status_code=503)
+    current = loaded.rules if isinstance(loaded, PolicyEngine) else loaded
     body = {"status": "ok", "rules": rules_info(current, live.loaded_at, live.generation)}
     if live.error:
         body["last_reload_error"] = live.error
@@ -550,7 +675,7 @@ async def reload(request: Request) -> Response:
         raise ApiError(
             409, "reload_failed", f"the previous rules stay in force: {state.rules.error}"
         )
-    current = state.rules.get()
+    current = _rules(state)
     return JSONResponse(
         {
             "reloaded": True,
@@ -617,6 +742,7 @@ _ROUTES = [
     ("/v1/check", check_one, ["GET"]),
     ("/v1/check", check_batch, ["POST"]),
     ("/v1/explain", explain, ["GET"]),
+    ("/v1/continue", continue_warned, ["GET"]),
     ("/v1/seen", seen, ["POST"]),
     ("/v1/reload", reload, ["POST"]),
     ("/metrics", metrics, ["GET"]),
@@ -653,8 +779,9 @@ def create_app(
     ``reload_on_sighup``: reload the rules on SIGHUP while the app runs (``urlsieve
     serve`` sets it; the handler is installed by the lifespan, in the main thread only).
     """
-    loader = load or filter_loader(config)
+    loader: Callable[[], Any] = load or policy_loader(config) or filter_loader(config)
     token = config.read_token()
+    trusted = AddressSet.of(parse_address(a) for a in config.trusted_proxies)
     caps = limits or ServiceLimits()
 
     @asynccontextmanager
@@ -674,7 +801,17 @@ def create_app(
             except (StoreError, ConfigError) as exc:
                 raise ConfigError(f"service.seen_store {config.seen_store!r}: {exc}") from exc
         reloader = Reloader(rules, config.reload_check_seconds, log)
-        app.state.urlsieve = ServiceState(rules, Metrics(), store, token, caps, reloader)
+        app.state.urlsieve = ServiceState(
+            rules,
+            Metrics(),
+            store,
+            token,
+            caps,
+            reloader,
+            trusted,
+            config.client_header,
+            config.user_header,
+        )
         try:
             async with anyio.create_task_group() as tasks, _sighup(reloader, reload_on_sighup):
                 tasks.start_soon(reloader.run)
@@ -754,6 +891,17 @@ OPENAPI: dict[str, Any] = {
                 "responses": {
                     "200": _json("Explanation", "canonical form, probes, deciding rule"),
                     **_error_responses(400, 422, 503),
+                },
+            }
+        },
+        "/v1/continue": {
+            "get": {
+                "summary": "Continue past a policy warning (?category): the client is let "
+                "through to the URL's site for the policy's warn_minutes",
+                "parameters": [_param("url", "the URL the warning page was shown for")],
+                "responses": {
+                    "303": {"description": "granted; Location is the URL (canonical form)"},
+                    **_error_responses(400, 403, 404, 422, 503),
                 },
             }
         },

@@ -37,6 +37,14 @@ downloaded and drops blocked ones (``IgnoreRequest``, counted in the stats as
     URLSIEVE_ALLOW_LISTS = []                     # allow lists (with list files only)
     URLSIEVE_DROP_INVALID = False                 # drop URLs urlsieve cannot canonicalise
 
+With a policy (``URLSIEVE_POLICY``: a gateway TOML file with ``[[acl]]`` tables, or
+``URLSIEVE_SQUIDGUARD_CONF``: a squidGuard.conf), each request is decided by the policy:
+who asks is the request's ``meta["urlsieve_user"]``, else the spider's ``urlsieve_user``
+attribute, else the spider's name (as the user; write ``user = ["my_spider"]`` in a
+source), with the time rules on the clock. A request a rewrite changes is replaced by
+the rewritten one; blocked ones count as ``urlsieve/blocked/<category>`` and
+``urlsieve/policy/<source>/<acl>/<action>``.
+
 The fingerprinter gives Scrapy (its HTTP cache, its own filters) the same
 notion of "same request": the 128-bit urlsieve fingerprint of the canonical
 URL, mixed with the method and body for requests other than a plain GET.
@@ -64,6 +72,7 @@ if TYPE_CHECKING:
     from scrapy.spiders import Spider
 
     from urlsieve.filter import Filter
+    from urlsieve.policy.engine import PolicyEngine
 
 __all__ = ["UrlsieveDupeFilter", "UrlsieveFilterMiddleware", "UrlsieveFingerprinter", "store_spec"]
 
@@ -230,11 +239,17 @@ class UrlsieveFilterMiddleware:
     """``DOWNLOADER_MIDDLEWARES`` entry: drop requests a urlsieve filter blocks."""
 
     def __init__(
-        self, rules: Filter, *, crawler: Crawler | None = None, drop_invalid: bool = False
+        self,
+        rules: Filter,
+        *,
+        crawler: Crawler | None = None,
+        drop_invalid: bool = False,
+        policy: PolicyEngine | None = None,
     ) -> None:
         self.rules = rules
         self.crawler = crawler
         self.drop_invalid = drop_invalid
+        self.policy = policy
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -244,6 +259,26 @@ class UrlsieveFilterMiddleware:
         from urlsieve.match.snapshot import is_snapshot
 
         settings = crawler.settings
+        policy_file = settings.get("URLSIEVE_POLICY")
+        squidguard = settings.get("URLSIEVE_SQUIDGUARD_CONF")
+        if policy_file or squidguard:
+            from urlsieve.gateway.config import load_config
+            from urlsieve.gateway.ruleset import policy_loader
+
+            config = load_config(
+                policy_file, overrides={"squidguard_conf": squidguard}, needs_rules=False
+            )
+            load = policy_loader(config)
+            if load is None:
+                raise ConfigError(f"URLSIEVE_POLICY={policy_file!r} has no [[acl]] tables")
+            engine = load()
+            logger.info("urlsieve filter middleware: policy from %s", policy_file or squidguard)
+            return cls(
+                engine.rules,
+                crawler=crawler,
+                drop_invalid=settings.getbool("URLSIEVE_DROP_INVALID"),
+                policy=engine,
+            )
         paths = settings.getlist("URLSIEVE_RULES")
         allow = settings.getlist("URLSIEVE_ALLOW_LISTS")
         if not paths:
@@ -261,20 +296,56 @@ class UrlsieveFilterMiddleware:
         if self.crawler is not None and self.crawler.stats is not None:
             self.crawler.stats.inc_value(key)
 
-    def process_request(self, request: Request, spider: Spider | None = None) -> None:
+    def process_request(self, request: Request, spider: Spider | None = None) -> Request | None:
         from scrapy.exceptions import IgnoreRequest
 
+        if self.policy is not None:
+            return self._by_policy(request, spider)
         try:
             verdict = self.rules.check(request.url)
         except InvalidURL as exc:
             if self.drop_invalid:
                 self._inc("urlsieve/invalid")
                 raise IgnoreRequest(f"urlsieve cannot check {request.url}: {exc.reason}") from None
-            return
+            return None
         rule = verdict.rule
         if verdict.action != "block" or rule is None:
-            return
+            return None
         self._inc("urlsieve/blocked")
         self._inc(f"urlsieve/blocked/{rule.category}")
         logger.debug("urlsieve blocked %s by %r (%s)", request.url, rule.pattern, rule.where)
         raise IgnoreRequest(f"blocked by {rule.pattern!r} ({rule.where}, {rule.category})")
+
+    def _by_policy(self, request: Request, spider: Spider | None) -> Request | None:
+        from scrapy.exceptions import IgnoreRequest
+
+        from urlsieve.policy.engine import BLOCK, REWRITE, Who
+
+        assert self.policy is not None
+        if spider is None and self.crawler is not None:  # Scrapy 2.13 passes no spider
+            spider = getattr(self.crawler, "spider", None)
+        user = request.meta.get("urlsieve_user") or getattr(spider, "urlsieve_user", None)
+        if user is None and spider is not None:
+            user = spider.name
+        decision = self.policy.decide_many([request.url], [Who(None, None, user)])[0]
+        if isinstance(decision, InvalidURL):
+            if self.drop_invalid:
+                self._inc("urlsieve/invalid")
+                raise IgnoreRequest(f"urlsieve cannot check {request.url}: {decision.reason}")
+            return None
+        self._inc(f"urlsieve/policy/{decision.source}/{decision.acl}/{decision.action}")
+        if decision.action == BLOCK:
+            self._inc("urlsieve/blocked")
+            self._inc(f"urlsieve/blocked/{decision.category or 'none'}")
+            raise IgnoreRequest(
+                f"blocked by {decision.category or 'the pass list'} "
+                f"(source {decision.source}, acl {decision.acl})"
+            )
+        if decision.action == REWRITE and decision.target and decision.target != request.url:
+            if request.meta.get("urlsieve_rewritten"):
+                return None  # rewritten once already: never a loop
+            self._inc("urlsieve/rewritten")
+            rewritten: Request = request.replace(url=decision.target)
+            rewritten.meta["urlsieve_rewritten"] = True
+            return rewritten
+        return None

@@ -996,6 +996,41 @@ class SnapshotMatcher:
                 out.append(None)
         return out, forms
 
+    def ids_by_rows(
+        self,
+        urls: Sequence[str],
+        masks: bytes,
+        rows: Sequence[int],
+        forms: list[str | None] | None = None,
+    ) -> list[int | InvalidURL]:
+        """:meth:`_ids` with a mask per URL, in one compiled call: ``masks`` holds rows of
+        one byte per category, URL ``k`` is matched with the row at ``rows[k]`` (its
+        index). The Python path (:meth:`_best`) answers what the compiled one leaves."""
+        stride = len(self._categories)
+        n = len(urls)
+        out: list[int | InvalidURL]
+        if _match is None or not all(type(u) is str for u in urls):
+            out = [-2] * n
+        else:
+            ids = np.empty(n, dtype=np.int64)
+            offsets = np.asarray(rows, dtype=np.int64) * stride
+            _match(self._view, self._layout, list(urls), masks, ids, forms, offsets, stride)
+            out = list(ids.tolist())
+        for at, rule_id in enumerate(out):
+            if rule_id != -2:
+                continue
+            url = urls[at]
+            try:
+                parts = url if isinstance(url, URL) else parse_url(url)
+            except InvalidURL as exc:
+                out[at] = exc
+                continue
+            row = rows[at] * stride
+            out[at] = self._best(parts, None, masks[row : row + stride])
+            if forms is not None:
+                forms[at] = parts.canonical
+        return out
+
     def decide_ids(
         self, urls: Sequence[str], categories: Collection[str] | None = None
     ) -> list[int | InvalidURL]:

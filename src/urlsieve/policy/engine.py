@@ -15,30 +15,33 @@ cached: a request costs a dictionary lookup for its pass list, then the URL look
 
 from __future__ import annotations
 
+import re
 import time as _time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
+from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
-from urlsieve.exceptions import InvalidURL
+from urlsieve.exceptions import ConfigError, InvalidURL, StoreUnavailable
 from urlsieve.filter import Filter
 from urlsieve.match.snapshot import SnapshotMatcher
 from urlsieve.policy.clients import normalise_user
 from urlsieve.policy.expressions import ExpressionSet
 from urlsieve.policy.model import ALL, IN_ADDR, NONE, Acl, Branch, Policy, Source
 from urlsieve.policy.rewrite import RewriteSet
+from urlsieve.policy.warn import MAX_GRANT_SECONDS, GrantStore, grant_key, open_grants, site_of
 from urlsieve.url import parse_url
 
-__all__ = ["PASS", "BLOCK", "REWRITE", "Decision", "PolicyEngine", "Who"]
+__all__ = ["BLOCK", "PASS", "REWRITE", "WARN", "Decision", "PolicyEngine", "Who"]
 
-PASS, BLOCK, REWRITE = "pass", "block", "rewrite"
+PASS, BLOCK, REWRITE, WARN = "pass", "block", "rewrite", "warn"
 _MAX_CACHE = 1 << 16
 
 
-@dataclass(frozen=True, slots=True)
-class Who:
-    """Who asks: the fields Squid sends (address, host name, user; None when absent)."""
+class Who(NamedTuple):
+    """Who asks: the fields Squid sends (address, host name, user; None when absent).
+    A tuple: it is the key of the per-client cache, hashed on every request."""
 
     client: str | None = None
     client_name: str | None = None
@@ -65,6 +68,10 @@ class Decision:
     within: bool | None = None  # the ACL's time rule held (None: the ACL has none)
 
 
+#: A request without client fields.
+NOBODY = Who()
+
+
 @dataclass
 class _Plan:
     """A pass list made ready for lookups."""
@@ -78,6 +85,9 @@ class _Plan:
     position: dict[str, int]  # category (aliases resolved) → first pass-list index
     masks_before: list[bytes | None]  # index → mask of the rule-backed entries before it
     checks: list[tuple[int, str]]  # (index, kind) of entries that need no lookup
+    size: int = 0  # entries in the pass list
+    row: int = 0  # its mask's row in PolicyEngine._masks
+    passes: list[Decision] = field(default_factory=list)  # index → its plain pass decision
 
 
 class PolicyEngine:
@@ -91,6 +101,7 @@ class PolicyEngine:
         *,
         expressions: ExpressionSet | None = None,
         clock: Callable[[], float] = _time.time,
+        grants: GrantStore | None = None,
     ) -> None:
         matcher = rules.matcher
         if not isinstance(matcher, SnapshotMatcher):
@@ -102,9 +113,19 @@ class PolicyEngine:
         self.expressions = expressions or ExpressionSet({})
         self.rewrites = RewriteSet(policy.rewrites)
         self.clock = clock
+        if grants is None and policy.warn_store is not None:
+            grants = open_grants(policy.warn_store)
+        self.grants = grants
+        #: Grant lookups that failed (the store unreachable): the warning was shown again.
+        self.grant_errors = 0
         self._zone: tzinfo | None = ZoneInfo(policy.timezone) if policy.timezone else None
         self._plans: dict[tuple[int, str], _Plan] = {}
-        self._who: dict[tuple[str | None, str | None, str | None], _Plan] = {}
+        self._who: dict[Who, _Plan] = {}
+        self._renamed: dict[tuple[int, str], _Plan] = {}
+        self._no_category = bytes(len(matcher.categories))
+        self._rows: dict[bytes, int] = {}
+        self._masks = b""
+        self._categories: dict[int, str] = {}
         self._minute = -1
         self._now = datetime.fromtimestamp(0)
         for name, acl in policy.acls.items():
@@ -151,12 +172,11 @@ class PolicyEngine:
         return None
 
     def _plan_of(self, who: Who) -> _Plan:
-        key = (who.client, who.client_name, who.user)
-        plan = self._who.get(key)
+        plan = self._who.get(who)
         if plan is None:
             if len(self._who) >= _MAX_CACHE:
                 self._who.clear()
-            plan = self._who[key] = self._resolve(who, self._now)
+            plan = self._who[who] = self._resolve(who, self._now)
         return plan
 
     def _resolve(self, who: Who, now: datetime) -> _Plan:
@@ -173,8 +193,13 @@ class PolicyEngine:
             else:
                 branch, key = acl.otherwise, "else"
         plan = self._plan_for(acl.source, acl, branch, key)
-        if plan.source != name:
-            plan = _Plan(**{**plan.__dict__, "source": name})
+        if plan.source != name:  # the default ACL of a source without its own: named so
+            plan = self._renamed.get((id(plan), name))  # type: ignore[assignment]
+            if plan is None:
+                base = self._plan_for(acl.source, acl, branch, key)
+                plan = _Plan(**{**base.__dict__, "source": name})
+                plan.passes = _pass_decisions(plan)
+                self._renamed[(id(base), name)] = plan
         return plan
 
     def _plan_for(self, acl_name: str, acl: Acl, branch: Branch, key: str) -> _Plan:
@@ -215,13 +240,25 @@ class PolicyEngine:
             position,
             masks_before,
             checks,
+            len(branch.passes),
         )
+        plan.passes = _pass_decisions(plan)
+        plan.row = self._add_row(plan.mask)
         self._plans[cache_key] = plan
         return plan
 
+    def _add_row(self, mask: bytes | None) -> int:
+        """The row of ``mask`` in the masks of every pass list (None: no category)."""
+        row = mask if mask is not None else self._no_category
+        at = self._rows.get(row)
+        if at is None:
+            at = self._rows[row] = len(self._rows)
+            self._masks = b"".join(self._rows)
+        return at
+
     # -- deciding ------------------------------------------------------------------------
 
-    def decide(self, url: str, who: Who = Who(), at: float | None = None) -> Decision:
+    def decide(self, url: str, who: Who = NOBODY, at: float | None = None) -> Decision:
         """The decision for one request (``at``: a Unix time, default the clock).
 
         :class:`~urlsieve.InvalidURL` when the URL cannot be canonicalised.
@@ -234,68 +271,91 @@ class PolicyEngine:
     def decide_many(
         self, urls: Sequence[str], whos: Sequence[Who], at: float | None = None
     ) -> list[Decision | InvalidURL]:
-        """Decisions for a batch (one compiled lookup per pass list in the batch); a URL
-        that cannot be canonicalised gives its :class:`InvalidURL`, the rest go on."""
+        """Decisions for a batch, in one compiled lookup whatever the pass lists (each URL
+        with its client's categories); a URL that cannot be canonicalised gives its
+        :class:`InvalidURL`, the rest go on."""
         self._tick(at)
-        plans = [self._plan_of(who) for who in whos]
-        groups: dict[int, list[int]] = {}
-        for at_, plan in enumerate(plans):
-            groups.setdefault(id(plan), []).append(at_)
-        out: list[Decision | InvalidURL | None] = [None] * len(urls)
-        for indices in groups.values():
-            plan = plans[indices[0]]
-            batch = [urls[i] for i in indices]
-            if plan.mask is None:  # no rule-backed destination: nothing to look up
-                ids: list[int | InvalidURL] = [-1] * len(batch)
-                if plan.checks:  # the URL must still be a URL
-                    ids = [self._valid(u) for u in batch]
-            else:
-                ids = self._matcher._ids(batch, plan.mask, None)
-            for i, url, rule_id in zip(indices, batch, ids, strict=True):
-                out[i] = (
-                    rule_id if isinstance(rule_id, InvalidURL) else self._finish(plan, url, rule_id)
-                )
-        return out  # type: ignore[return-value]
+        plan_of = self._plan_of
+        plans = [plan_of(who) for who in whos]
+        rows = [plan.row for plan in plans]
+        # The canonical forms tell an IP host without parsing again (for in-addr).
+        forms: list[str | None] = [None] * len(urls)
+        ids = self._matcher.ids_by_rows(urls, self._masks, rows, forms)
+        finish = self._finish
+        return [
+            rule_id if isinstance(rule_id, InvalidURL) else finish(plan, url, rule_id, form, who)
+            for plan, url, rule_id, form, who in zip(plans, urls, ids, forms, whos, strict=True)
+        ]
 
-    @staticmethod
-    def _valid(url: str) -> int | InvalidURL:
+    def _granted(self, who: Who, form: str | None) -> bool:
+        if self.grants is None or form is None:
+            return False
+        identity = (who.user or "").lower() or who.client or ""
+        host = form.partition("://")[2].partition("/")[0]
         try:
-            parse_url(url)
-        except InvalidURL as exc:
-            return exc
-        return -1
+            return self.grants.granted(grant_key(identity, host))
+        except StoreUnavailable:
+            self.grant_errors += 1
+            return False
 
-    def _finish(self, plan: _Plan, url: str, rule_id: int) -> Decision:
+    def grant(self, url: str, who: Who, seconds: int | None = None) -> tuple[str, str]:
+        """Let ``who`` through the warning for ``url``'s site (the client chose to
+        continue); returns the site and the URL's canonical form. :class:`InvalidURL`
+        for a URL that is none, :class:`ConfigError` when the policy has no warn store,
+        :class:`~urlsieve.exceptions.StoreUnavailable` when it cannot be reached."""
+        if self.grants is None:
+            raise ConfigError("this policy has no warn_store: nothing to continue")
+        parts = parse_url(url)
+        identity = (who.user or "").lower() or who.client or ""
+        span = seconds if seconds is not None else self.policy.warn_seconds
+        self.grants.grant(grant_key(identity, parts.host), min(span, MAX_GRANT_SECONDS))
+        return site_of(parts.host), parts.canonical
+
+    def _category(self, rule_id: int) -> str:
+        category = self._categories.get(rule_id)
+        if category is None:
+            if len(self._categories) >= _MAX_CACHE:
+                self._categories.clear()
+            category = self._categories[rule_id] = self._matcher.provenance(rule_id)[1]
+        return category
+
+    def _finish(
+        self, plan: _Plan, url: str, rule_id: int, form: str | None, who: Who = NOBODY
+    ) -> Decision:
         """The pass-list entry that decides, from the best rule found among all its
-        destinations (``rule_id``, -1: none)."""
-        matcher = self._matcher
-        found = len(plan.branch.passes)
+        destinations (``rule_id``, -1: none); ``form`` is the URL's canonical form."""
+        found = plan.size
         best = -1
         while rule_id >= 0:
-            category = matcher.provenance(rule_id)[1]
-            at = plan.position.get(category, found)
+            at = plan.position.get(self._category(rule_id), found)
             found, best = at, rule_id
             mask = plan.masks_before[at]
             if mask is None:
                 break
-            rule_id = matcher._ids([url], mask, None)[0]  # type: ignore[assignment]
+            rule_id = self._matcher._ids([url], mask, None)[0]  # type: ignore[assignment]
         for at, kind in plan.checks:
             if at >= found:
                 break
             if (
                 kind in (ALL, NONE)
-                or (kind == IN_ADDR and _host_is_ip(url))
+                or (kind == IN_ADDR and _host_is_ip(form))
                 or (kind == "expr" and self.expressions.matches(plan.branch.passes[at].name, url))
             ):
                 found, best = at, -1
                 break
-        passes = plan.branch.passes
-        if found >= len(passes):  # nothing in the pass list matched: blocked
+        if found >= plan.size:  # nothing in the pass list matched: blocked
             return self._block(plan, None, -1)
-        entry = passes[found]
+        entry = plan.branch.passes[found]
+        if entry.warn:
+            if self._granted(who, form):
+                return self._pass(plan, url, entry.name, best)
+            page = self.policy.warn_page
+            return Decision(WARN, plan.source, plan.acl, entry.name, page, None, best, plan.within)
         allow = entry.allow if entry.name != NONE else not entry.allow  # none: !all
         if not allow:
             return self._block(plan, entry.name, best)
+        if best < 0 and plan.branch.rewrite is None:  # the usual pass: one shared decision
+            return plan.passes[found]
         return self._pass(plan, url, entry.name, best)
 
     def _block(self, plan: _Plan, category: str | None, rule_id: int) -> Decision:
@@ -315,11 +375,25 @@ class PolicyEngine:
         return Decision(PASS, plan.source, plan.acl, category, None, None, rule_id, plan.within)
 
 
-def _host_is_ip(url: str) -> bool:
-    try:
-        return parse_url(url).is_ip
-    except InvalidURL:
+_IPV4 = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
+
+
+def _host_is_ip(canonical: str | None) -> bool:
+    """Whether a canonical URL's host is an IP address (canonical hosts are dotted quads or
+    bracketed IPv6 when they are addresses, whatever the spelling asked)."""
+    if canonical is None:
         return False
+    host = canonical.partition("://")[2].partition("/")[0]
+    if host[-1:].isdigit():  # a name's last label is never all digits in canonical form
+        return _IPV4.fullmatch(host) is not None
+    return host.startswith("[")
+
+
+def _pass_decisions(plan: _Plan) -> list[Decision]:
+    return [
+        Decision(PASS, plan.source, plan.acl, entry.name, None, None, -1, plan.within)
+        for entry in plan.branch.passes
+    ]
 
 
 def parse_when(text: str | None, zone: str | None = None) -> float | None:
@@ -384,9 +458,9 @@ def explain_decision(
         lines.append(f"matched: {decision.category}")
     else:
         lines.append("matched: nothing in the pass list (blocked)")
-    verdict = {"pass": "PASS", "block": "BLOCK", "rewrite": "REWRITE"}[decision.action]
+    verdict = decision.action.upper()
     target = decision.target
-    if decision.action == BLOCK and target:
+    if decision.action in (BLOCK, WARN) and target:
         from urlsieve.policy.pages import render_page, split_status
 
         status, template = split_status(target)

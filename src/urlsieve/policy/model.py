@@ -89,20 +89,22 @@ class Source:
 @dataclass(frozen=True)
 class PassEntry:
     """One pass-list entry: ``name`` (a destination, ``all``, ``none`` or ``in-addr``)
-    passes (``allow``) or, written ``!name``, blocks."""
+    passes (``allow``) or, written ``!name``, blocks; written ``?name`` it warns (the
+    warning page, then the site passes for a while once the client chose to continue)."""
 
     name: str
     allow: bool
+    warn: bool = False
 
     @classmethod
     def parse(cls, token: str) -> PassEntry:
-        name = token[1:] if token.startswith("!") else token
-        if not name:
-            raise ValueError(f"{token!r}: an empty name in a pass list")
-        return cls(name, not token.startswith("!"))
+        name = token[1:] if token[:1] in ("!", "?") else token
+        if not name or name[:1] in ("!", "?"):
+            raise ValueError(f"{token!r}: write name, !name or ?name in a pass list")
+        return cls(name, token[:1] not in ("!", "?"), token.startswith("?"))
 
     def __str__(self) -> str:
-        return self.name if self.allow else f"!{self.name}"
+        return self.name if self.allow else f"{'?' if self.warn else '!'}{self.name}"
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,12 @@ class Policy:
     rewrites: dict[str, Rewrite] = field(default_factory=dict)
     #: IANA name of the time zone time rules are read in (None: the local one).
     timezone: str | None = None
+    #: Where ``warn`` grants are kept (``sqlite:PATH``, ``valkey://…``, ``memory:``).
+    warn_store: str | None = None
+    #: How long a "continue" lets a client through to a site.
+    warn_seconds: int = 3600
+    #: The warning page (squidGuard's substitutions; it links to the service's /v1/continue).
+    warn_page: str | None = None
     origin: str = "<policy>"
 
     @property
@@ -189,6 +197,15 @@ class Policy:
                 if branch is None:
                     continue
                 for entry in branch.passes:
+                    if entry.warn and (self.warn_store is None or self.warn_page is None):
+                        raise PolicyError(
+                            f"ACL {acl.source!r} warns on {entry.name!r}: set warn_store "
+                            "(e.g. 'sqlite:/var/lib/urlsieve/grants.db', shared by the helper "
+                            "children) and warn_page in [policy]",
+                            acl.where,
+                        )
+                    if entry.warn and entry.name in _SPECIAL:
+                        raise PolicyError(f"?{entry.name}: warn takes a destination", acl.where)
                     if entry.name not in _SPECIAL and entry.name not in names:
                         raise PolicyError(
                             f"ACL {acl.source!r} passes the undefined destination "

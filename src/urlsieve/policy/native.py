@@ -52,7 +52,7 @@ from typing import Any
 
 from urlsieve.policy.clients import AddressSet, AddressSyntaxError, parse_address
 from urlsieve.policy.model import Acl, Branch, Dest, PassEntry, Policy, PolicyError, Rewrite, Source
-from urlsieve.policy.rewrite import parse_substitution
+from urlsieve.policy.rewrite import parse_substitution, safe_search
 from urlsieve.policy.timerules import (
     DateEntry,
     TimeRule,
@@ -112,7 +112,11 @@ def read_native(data: Mapping[str, Any], path: str) -> Policy:
     head = data.get("policy", {})
     if not isinstance(head, dict):
         raise PolicyError("[policy] must be a table", path)
-    _known(head, {"timezone", "dbhome"}, f"{path}: [policy]")
+    _known(
+        head,
+        {"timezone", "dbhome", "warn_store", "warn_minutes", "warn_page"},
+        f"{path}: [policy]",
+    )
     base = Path(path).resolve().parent
     dbhome = Path(head["dbhome"]) if "dbhome" in head else base
     if not dbhome.is_absolute():
@@ -127,6 +131,16 @@ def read_native(data: Mapping[str, Any], path: str) -> Policy:
         return full
 
     policy = Policy(origin=path, timezone=head.get("timezone"))
+    for key in ("warn_store", "warn_page"):
+        if key in head:
+            if not isinstance(head[key], str) or not head[key]:
+                raise PolicyError(f"{key} must be a string", f"{path}: [policy]")
+            setattr(policy, key, head[key])
+    if "warn_minutes" in head:
+        minutes = head["warn_minutes"]
+        if not isinstance(minutes, int) or isinstance(minutes, bool) or not 1 <= minutes <= 1440:
+            raise PolicyError("warn_minutes must be 1 to 1440", f"{path}: [policy]")
+        policy.warn_seconds = minutes * 60
     if policy.timezone is not None:
         try:
             from zoneinfo import ZoneInfo
@@ -222,10 +236,13 @@ def read_native(data: Mapping[str, Any], path: str) -> Policy:
             )
         )
     for where, table in _tables(data, "rewrite", path):
-        _known(table, {"name", "substitutions"}, where)
+        _known(table, {"name", "substitutions", "safe_search"}, where)
         name = _name(table, where)
+        safe = table.get("safe_search", False)
+        if not isinstance(safe, bool):
+            raise PolicyError("safe_search must be true or false", where)
         try:
-            subs = tuple(
+            subs = (safe_search() if safe else ()) + tuple(
                 parse_substitution(s)
                 for s in _strings(table.get("substitutions", []), where, "substitutions")
             )
@@ -313,8 +330,16 @@ def to_toml(policy: Policy) -> str:
     """The policy written as the TOML sections :func:`read_native` reads (list paths
     absolute, addresses as merged ranges)."""
     out: list[str] = []
-    if policy.timezone:
-        out += ["[policy]", f"timezone = {_q(policy.timezone)}", ""]
+    head = [f"timezone = {_q(policy.timezone)}"] if policy.timezone else []
+    if policy.warn_store:
+        head += [
+            f"warn_store = {_q(policy.warn_store)}",
+            f"warn_minutes = {policy.warn_seconds // 60}",
+        ]
+    if policy.warn_page:
+        head.append(f"warn_page = {_q(policy.warn_page)}")
+    if head:
+        out += ["[policy]", *head, ""]
     for rule in policy.times.values():
         weekly = [
             str(e).removeprefix("weekly ") for e in rule.entries if isinstance(e, WeeklyEntry)

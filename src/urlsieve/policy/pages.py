@@ -6,11 +6,11 @@ leaves every code it does not know as written, ``%%`` and ``%c`` included:
 =====  ==========================================================
 ``%a``  client address
 ``%n``  client host name (empty when Squid sent none)
-``%i``  user (empty when none)
+``%i``  user, lower-cased (empty when none)
 ``%s``  source (``default`` for the default ACL)
 ``%t``  the pass-list entry that blocked (``none``, ``in-addr``, a destination)
 ``%u``  the URL as Squid sent it
-``%p``  the URL's path and query, without the leading ``/``
+``%p``  the URL's path and query, without the leading ``/`` (empty for CONNECT)
 ``%q``  ``noquota`` (squidGuard's quota flag)
 =====  ==========================================================
 
@@ -38,6 +38,18 @@ def split_status(template: str) -> tuple[int | None, str]:
     return int(m.group(1)), template[m.end() :]
 
 
+@functools.lru_cache(maxsize=256)
+def _parsed(template: str) -> tuple[tuple[str, str | None], ...]:
+    """The template cut once into (literal, code or None) pairs."""
+    parts: list[tuple[str, str | None]] = []
+    at = 0
+    for m in _CODE.finditer(template):
+        parts.append((template[at : m.start()], m.group(1)))
+        at = m.end()
+    parts.append((template[at:], None))
+    return tuple(parts)
+
+
 def _path(url: str) -> str:
     m = _AUTHORITY.match(url)
     if m is None:  # a CONNECT authority (host:443) has no path
@@ -57,18 +69,25 @@ def render_page(
     target: str | None,
 ) -> str:
     """The filled block page (``template`` without its status prefix)."""
-    values = {
-        "a": client or "",
-        "n": client_name or "",
-        "i": (user or "").lower(),  # squidGuard lower-cases the user on input
-        "s": source,
-        "t": target or "unknown",
-        "u": url,
-        "q": "noquota",
-    }
-
-    def fill(m: re.Match[str]) -> str:
-        code = m.group(1)
-        return _path(url) if code == "p" else values[code]
-
-    return _CODE.sub(fill, template)
+    out = []
+    for literal, code in _parsed(template):
+        out.append(literal)
+        if code is None:
+            continue
+        if code == "u":
+            out.append(url)
+        elif code == "p":
+            out.append(_path(url))
+        elif code == "a":
+            out.append(client or "")
+        elif code == "n":
+            out.append(client_name or "")
+        elif code == "i":
+            out.append((user or "").lower())  # squidGuard lower-cases the user on input
+        elif code == "s":
+            out.append(source)
+        elif code == "t":
+            out.append(target or "unknown")
+        else:  # q
+            out.append("noquota")
+    return "".join(out)

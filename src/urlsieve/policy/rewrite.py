@@ -12,10 +12,40 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from urlsieve.policy.expressions import _options, _re2, check_expression
+from urlsieve.policy.expressions import _options, _re2, check_expression, search_spans
 from urlsieve.policy.model import Rewrite, Substitution
 
-__all__ = ["RewriteSet", "parse_substitution"]
+__all__ = ["SAFE_SEARCH", "RewriteSet", "parse_substitution", "safe_search"]
+
+#: Safe-search enforcement for the major search engines, as ufdbGuard offers: a search URL
+#: gets the engine's strict-filter parameter (an existing one is overwritten). Each pair is
+#: "replace the engine's own parameter" then "add it": the first that matches applies.
+#: Over HTTPS a URL rewriter only sees these URLs when Squid bumps TLS (ssl_bump); DNS-level
+#: enforcement (forcesafesearch.google.com, restrict.youtube.com) is the other way.
+#: YouTube's Restricted Mode is a request header, which a URL rewriter cannot add: Squid
+#: adds it (``request_header_add YouTube-Restrict strict youtube``; README, Policies).
+SAFE_SEARCH: tuple[str, ...] = (
+    # Google (any country domain): safe=active
+    r"s@^(https?://(?:www\.)?google\.(?:com?\.)?[a-z]{2,3}/(?:search|images|webhp)\?(?:[^#]*&)?)safe=[^&#]*@\1safe=active@i",
+    r"s@^(https?://(?:www\.)?google\.(?:com?\.)?[a-z]{2,3}/(?:search|images|webhp)\?)@\1safe=active&@i",
+    # Bing: adlt=strict
+    r"s@^(https?://(?:www\.)?bing\.com/(?:images/|videos/)?search\?(?:[^#]*&)?)adlt=[^&#]*@\1adlt=strict@i",
+    r"s@^(https?://(?:www\.)?bing\.com/(?:images/|videos/)?search\?)@\1adlt=strict&@i",
+    # DuckDuckGo: kp=1 (strict)
+    r"s@^(https?://(?:html\.|lite\.)?duckduckgo\.com/(?:html/?|lite/?)?\?(?:[^#]*&)?)kp=[^&#]*@\1kp=1@i",
+    r"s@^(https?://(?:html\.|lite\.)?duckduckgo\.com/(?:html/?|lite/?)?\?)@\1kp=1&@i",
+    # Yahoo: vm=r
+    r"s@^(https?://(?:[a-z]+\.)?search\.yahoo\.com/search\?(?:[^#]*&)?)vm=[^&#]*@\1vm=r@i",
+    r"s@^(https?://(?:[a-z]+\.)?search\.yahoo\.com/search\?)@\1vm=r&@i",
+    # Yandex: family=yes
+    r"s@^(https?://(?:www\.)?yandex\.(?:com\.)?[a-z]{2,3}/(?:search|images/search)/?\?(?:[^#]*&)?)family=[^&#]*@\1family=yes@i",
+    r"s@^(https?://(?:www\.)?yandex\.(?:com\.)?[a-z]{2,3}/(?:search|images/search)/?\?)@\1family=yes&@i",
+)
+
+
+def safe_search() -> tuple[Substitution, ...]:
+    """:data:`SAFE_SEARCH`, parsed."""
+    return tuple(parse_substitution(text) for text in SAFE_SEARCH)
 
 
 def parse_substitution(text: str) -> Substitution:
@@ -61,10 +91,11 @@ class RewriteSet:
         """The rewritten URL and its redirect status (None: rewrite in place), or None when
         no substitution of the rewrite matches."""
         for pattern, replacement, status in self._compiled.get(name, ()):
-            match = pattern.search(url)
-            if match is not None:
-                start, end = match.span()
-                return url[:start] + _expand(replacement, match) + url[end:], status
+            spans = search_spans(pattern, url)
+            if spans is not None:
+                start, end = spans[0]
+                new = url[:start] + _expand(replacement, url, spans) + url[end:]
+                return (new, status) if new != url else None  # already as wanted
         return None
 
 
@@ -81,14 +112,15 @@ def _replacement(text: str) -> list[str | int]:
     return out
 
 
-def _expand(replacement: list[str | int], match: Any) -> str:
+def _expand(replacement: list[str | int], text: str, spans: list[tuple[int, int]]) -> str:
+    """The replacement with each group number replaced by the group's text ("" for a
+    group that does not exist or did not take part)."""
     parts = []
     for piece in replacement:
         if isinstance(piece, int):
-            try:
-                parts.append(match.group(piece) or "")
-            except (IndexError, ValueError):
-                parts.append("")
+            if piece < len(spans) and spans[piece][0] >= 0:
+                start, end = spans[piece]
+                parts.append(text[start:end])
         else:
             parts.append(piece)
     return "".join(parts)

@@ -1,0 +1,164 @@
+"""``?category``: a warning page instead of a block, and "continue" lets the client through
+to that site for a while; grants are shared by processes (SQLite) and by a fleet (a real
+Valkey server), expire, and an unreachable store shows the warning again."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from tests.seen.valkey_fixtures import ServerProcess, free_port
+from urlsieve import Filter
+from urlsieve.exceptions import ConfigError
+from urlsieve.gateway.config import load_config
+from urlsieve.gateway.live import LiveRules
+from urlsieve.gateway.policy_helper import PolicyHelper
+from urlsieve.gateway.protocol import HelperMode
+from urlsieve.gateway.service import create_app
+from urlsieve.gateway.squid import HelperSettings
+from urlsieve.policy.engine import PASS, WARN, PolicyEngine, Who
+from urlsieve.policy.model import PolicyError
+from urlsieve.policy.native import read_native
+from urlsieve.policy.warn import MemoryGrants, SqliteGrants, ValkeyGrants, site_of
+from urlsieve.rules.model import BLOCK, parse_rule
+
+POLICY = """
+[policy]
+warn_store = "{store}"
+warn_minutes = 30
+warn_page = "http://warn.test/?u=%u&t=%t&a=%a"
+
+[[source]]
+name = "kids"
+ip = ["10.0.0.0/24"]
+
+[[acl]]
+source = "kids"
+pass = ["!adult", "?social", "all"]
+redirect = "http://block.test/?t=%t"
+
+[[acl]]
+source = "default"
+pass = ["all"]
+"""
+
+
+def engine(store: str, grants: object = None) -> PolicyEngine:
+    policy = read_native(tomllib.loads(POLICY.format(store=store)), "/nowhere/u.toml")
+    rules = Filter(
+        [
+            parse_rule("adult.example", BLOCK, "adult"),
+            parse_rule("social.example", BLOCK, "social"),
+        ]
+    )
+    return PolicyEngine(policy, rules, grants=grants)  # type: ignore[arg-type]
+
+
+KID = Who("10.0.0.7")
+
+
+def test_warn_then_continue_lets_the_client_through_to_the_site_until_it_expires() -> None:
+    now = [1_000_000.0]
+    grants = MemoryGrants(clock=lambda: now[0])
+    e = engine("memory:", grants)
+    first = e.decide("http://www.social.example/feed", KID)
+    assert (first.action, first.category, first.target) == (
+        WARN,
+        "social",
+        "http://warn.test/?u=%u&t=%t&a=%a",
+    )
+    assert e.decide("http://adult.example/", KID).action == "block"  # block stays a block
+    site, canonical = e.grant("http://WWW.Social.Example/feed", KID)
+    assert (site, canonical) == ("social.example", "http://www.social.example/feed")
+    assert e.decide("http://m.social.example/other", KID).action == PASS  # the whole site
+    assert e.decide("http://social.example/", Who("10.0.0.8")).action == WARN  # not others
+    now[0] += 30 * 60 - 1
+    assert e.decide("http://social.example/", KID).action == PASS
+    now[0] += 2
+    assert e.decide("http://social.example/", KID).action == WARN  # expired
+
+
+def test_a_user_is_granted_wherever_they_sit() -> None:
+    e = engine("memory:", MemoryGrants())
+    e.grant("http://social.example/", Who("10.0.0.7", None, "Alice"))
+    assert e.decide("http://social.example/", Who("10.0.0.9", None, "ALICE")).action == PASS
+
+
+def test_helper_children_share_grants_through_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "grants.db"
+    children = [engine(f"sqlite:{path}") for _ in range(2)]
+    helpers = [
+        PolicyHelper(
+            LiveRules(lambda e=e: e),
+            HelperSettings(mode=HelperMode.REWRITE, redirect_url="http://x.test/", channels=False),
+        )
+        for e in children
+    ]
+    line = b"http://social.example/a 10.0.0.7/- - GET"
+    for helper in helpers:
+        reply = helper.handle_batch([line])[0]
+        assert (
+            reply
+            == 'OK rewrite-url="http://warn.test/?u=http://social.example/a&t=social&a=10.0.0.7"\n'
+        )
+    children[0].grant("http://social.example/", KID)  # the service, in another process
+    for helper in helpers:
+        assert helper.handle_batch([line])[0] == "ERR\n"
+        assert helper.handle(line) == "ERR\n"
+    assert SqliteGrants(str(path)).granted(f"10.0.0.7\x00{site_of('social.example')}")
+
+
+def test_a_fleet_shares_grants_through_valkey(valkey_server: ServerProcess) -> None:
+    a, b = engine(valkey_server.url), engine(valkey_server.url)
+    who = Who("10.0.0.42")
+    assert b.decide("http://social.example/", who).action == WARN
+    a.grant("http://social.example/", who, seconds=60)
+    assert b.decide("http://social.example/", who).action == PASS
+    assert isinstance(b.grants, ValkeyGrants)
+
+
+def test_an_unreachable_store_shows_the_warning_again() -> None:
+    e = engine(f"valkey://127.0.0.1:{free_port()}/0")
+    assert e.decide("http://social.example/", KID).action == WARN
+    assert e.grant_errors == 1
+
+
+def test_warn_needs_a_store_and_a_page() -> None:
+    text = POLICY.format(store="memory:").replace('warn_store = "memory:"\n', "")
+    with pytest.raises(PolicyError, match="warn_store"):
+        read_native(tomllib.loads(text), "/nowhere/u.toml").validate({"adult", "social"})
+    with pytest.raises(ConfigError, match="warn_store"):
+        read_native(tomllib.loads(POLICY.format(store="ftp://x")), "/x.toml")
+        engine("ftp://x")
+
+
+def test_the_service_continue_endpoint(tmp_path: Path) -> None:
+    (tmp_path / "social").write_text("social.example\n")
+    (tmp_path / "adult").write_text("adult.example\n")
+    config = tmp_path / "urlsieve.toml"
+    config.write_text(
+        POLICY.format(store=f"sqlite:{tmp_path / 'grants.db'}")
+        + '\n[[dest]]\nname = "social"\ndomainlist = "social"\n'
+        + '[[dest]]\nname = "adult"\ndomainlist = "adult"\n'
+    )
+    app = create_app(load_config(str(config), env={}))
+    with TestClient(app, client=("10.0.0.7", 1234)) as kid:
+        r = kid.get("/v1/check", params={"url": "http://social.example/x"})
+        assert r.json()["action"] == "warn"
+        r = kid.get(
+            "/v1/continue",
+            params={"url": "http://social.example/x\r\nSet-Cookie: a=b"},
+            follow_redirects=False,
+        )
+        assert r.status_code == 303
+        assert r.headers["location"] == "http://social.example/xSet-Cookie:%20a=b"
+        assert "set-cookie" not in r.headers
+        assert (
+            kid.get("/v1/check", params={"url": "http://social.example/y"}).json()["action"]
+            == "allow"
+        )
+        r = kid.get("/v1/continue", params={"url": "javascript:alert(1)"}, follow_redirects=False)
+        assert r.status_code == 422
