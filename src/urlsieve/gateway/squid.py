@@ -64,6 +64,8 @@ _MAX_PIECES = 1 << 16
 
 #: The category reported (``tag=``) when the failure mode blocks.
 FAILURE_CATEGORY = "urlsieve-failure"
+#: Where a request goes when even the configured block page cannot be rendered.
+LAST_RESORT_PAGE = "http://blocked.invalid/urlsieve-failure"
 
 
 class _Rule(Protocol):
@@ -329,7 +331,12 @@ class SquidHelper:
         if self.settings.failure_mode is FailureMode.OPEN:
             return format_reply(channel, "ERR", log=f"urlsieve fail-open: {reason}")
         request = HelperRequest(channel, "-")
-        return self._block(request, FAILURE_CATEGORY, "-", f"urlsieve fail-closed: {reason}")
+        try:
+            return self._block(request, FAILURE_CATEGORY, "-", f"urlsieve fail-closed: {reason}")
+        except Exception:  # even the block page failed: a block from constants alone
+            if self.settings.mode is HelperMode.ACL:
+                return format_reply(channel, "OK", tag=FAILURE_CATEGORY)
+            return format_reply(channel, "OK", status=302, url=LAST_RESORT_PAGE)
 
     def _failure(self, request: HelperRequest, reason: str) -> str:
         self.stats.failures += 1
