@@ -180,7 +180,9 @@ def test_any_toml_policy_reads_or_fails_cleanly(tables: dict[str, object]) -> No
 
 @FUZZ
 @given(line=hostile_lines)
-def test_the_failure_mode_renders_the_default_policy_page(engine: PolicyEngine, line: bytes) -> None:
+def test_the_failure_mode_renders_the_default_policy_page(
+    engine: PolicyEngine, line: bytes
+) -> None:
     """The page the CLI uses when a policy names none has squidGuard's codes (%s, %t):
     the failure mode must render it too (it once raised KeyError out of handle())."""
     from urlsieve.gateway.policy_helper import POLICY_FALLBACK_PAGE
@@ -190,7 +192,11 @@ def test_the_failure_mode_renders_the_default_policy_page(engine: PolicyEngine, 
             LiveRules(lambda: engine),
             HelperSettings(mode=mode, redirect_url=POLICY_FALLBACK_PAGE, channels=False),
         )
-        for candidate in (line, b"https:// 10.0.0.7/- - GET", b"http://exa mple.com/ 1.2.3.4/- - GET"):
+        for candidate in (
+            line,
+            b"https:// 10.0.0.7/- - GET",
+            b"http://exa mple.com/ 1.2.3.4/- - GET",
+        ):
             reply = helper.handle(candidate)
             _one_reply(reply)
             assert helper.handle_batch([candidate]) == [reply]
