@@ -338,3 +338,51 @@ def test_the_readme_policy_example_reads_and_validates() -> None:
     policy.validate(frozenset({"adult", "malware", "games", "social_networks"}))
     assert [s.name for s in policy.sources] == ["admins", "students"]
     assert str(policy.acls["students"].branch.passes[3]) == "?social_networks"
+
+
+def test_a_tree_categorys_expressions_file_is_applied_under_a_policy(tmp_path: Path) -> None:
+    games = tmp_path / "ut1" / "games"
+    games.mkdir(parents=True)
+    (games / "domains").write_text("games.example\n")
+    (games / "expressions").write_text("(^|[./])casino[0-9]*\\.\n(a+)+\\1\n")
+    (games / "very_restrictive_expression").write_text("game\n")
+    (tmp_path / "u.toml").write_text(
+        f'[rules]\nlists = ["{tmp_path / "ut1"}"]\n'
+        '[[acl]]\nsource = "default"\npass = ["!games", "all"]\nredirect = "http://b.test/"\n'
+    )
+    load = policy_loader(load_config(str(tmp_path / "u.toml"), helper=True))
+    assert load is not None
+    engine = load()
+    assert engine.decide("http://www.casino7.example/").category == "games"
+    assert engine.decide("http://games.example/").category == "games"
+    assert engine.decide("http://gamer.example/").action == PASS  # not the restrictive list
+    rules = build_rules(engine.policy, [str(tmp_path / "ut1")])
+    assert [w.line for w in rules.warnings] == [2]  # the back-reference RE2 cannot run
+    assert "RE2" in str(rules.warnings[0])
+
+
+def test_compile_config_writes_the_policy_snapshot_the_helper_loads(tmp_path: Path) -> None:
+    """`urlsieve compile --config` on a policy: the destinations' lists and expressions go
+    into the snapshot, and a configuration pointing at it decides as the lists do."""
+    from urlsieve.cli import main
+
+    sgpolicy.write_tree(tmp_path)
+    native = sgpolicy.write_native(tmp_path)
+    snapshot = tmp_path / "policy.snap"
+    assert main(["compile", "--config", str(native), "-o", str(snapshot)]) == 0
+    with_snapshot = tmp_path / "snap.toml"
+    with_snapshot.write_text(native.read_text() + f'\n[rules]\nsnapshot = "{snapshot}"\n')
+    engines = []
+    for path in (native, with_snapshot):
+        load = policy_loader(load_config(str(path), helper=True))
+        assert load is not None
+        engines.append(load())
+    lines = [sgpolicy.line(u, c) for u, c in sgpolicy.requests(800, seed=8)]
+    for when in TIMES[:2]:
+        assert _replies(engines[1], lines, when) == _replies(engines[0], lines, when)
+    assert (
+        engines[1]
+        .decide("http://www.casino7.example/", Who("10.0.1.5"), utc(TIMES[0]).timestamp())
+        .category
+        == "games"
+    )

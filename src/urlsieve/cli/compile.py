@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from urlsieve.exceptions import ConfigError
-from urlsieve.gateway.config import load_config
+from urlsieve.gateway.config import GatewayConfig, load_config
 from urlsieve.gateway.ruleset import compile_lists
 
 
@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
         "snapshot": args.output,
     }
     config = load_config(args.config, env=os.environ, overrides=overrides, needs_rules=False)
+    if config.policy is not None:
+        return _compile_policy(config, args.strict)
     if not config.lists:
         raise ConfigError("nothing to compile: pass --lists PATH... (or rules.lists in --config)")
     if not config.snapshot:
@@ -65,6 +67,40 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{info.path}: {info.rules} rules, {info.size} bytes, format {info.format_version}, "
         f"version {info.version}, compiled in {elapsed:.2f} s",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _compile_policy(config: GatewayConfig, strict: bool) -> int:
+    """A configuration with a policy: its destinations' lists, the trees of [rules] and the
+    expression lists, compiled into the snapshot the policy helpers load."""
+    from urlsieve import __version__
+    from urlsieve.policy.build import build_rules
+    from urlsieve.policy.engine import PolicyEngine
+
+    if not config.snapshot:
+        raise ConfigError("no output: pass -o FILE (or rules.snapshot in --config)")
+    assert config.policy is not None
+    started = time.perf_counter()
+    rules = build_rules(
+        config.policy,
+        config.lists,
+        config.allow,
+        strict=strict,
+        meta={"compiled_by": f"urlsieve {__version__}", "policy": config.source_file},
+    )
+    PolicyEngine(config.policy, rules.filter, expressions=rules.expressions)  # names check
+    info = rules.filter.save(config.snapshot)
+    elapsed = time.perf_counter() - started
+    for warning in rules.warnings[:20]:
+        print(f"warning: {warning}", file=sys.stderr)
+    if len(rules.warnings) > 20:
+        print(f"warning: … {len(rules.warnings) - 20} more skipped lines", file=sys.stderr)
+    expressions = sum(len(p) for p in rules.patterns.values())
+    print(
+        f"{info.path}: {info.rules} rules and {expressions} expressions for the policy, "
+        f"{info.size} bytes, version {info.version}, compiled in {elapsed:.2f} s",
         file=sys.stderr,
     )
     return 0

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     }
     config = load_config(args.config, env=os.environ, overrides=overrides, helper=True)
     log = stderr_logger("urlsieve squid-helper")
-    policy = policy_loader(config)
+    policy = policy_loader(config, log)
     rules = LiveRules(
         policy or filter_loader(config),
         watch=config.squidguard_conf or config.snapshot,

@@ -155,7 +155,9 @@ def snapshot_summary(path: str) -> SnapshotInfo:
     return read_snapshot_info(path)
 
 
-def policy_loader(config: GatewayConfig) -> Callable[[], Any] | None:
+def policy_loader(
+    config: GatewayConfig, log: Callable[[str], None] = lambda _msg: None
+) -> Callable[[], Any] | None:
     """A function building the policy engine, when the configuration has a policy (its
     own tables, or ``rules.squidguard_conf``); None otherwise. Each call re-reads the
     policy, so a reload (SIGHUP) picks up policy changes."""
@@ -170,6 +172,8 @@ def policy_loader(config: GatewayConfig) -> Callable[[], Any] | None:
         def load_squidguard() -> PolicyEngine:
             conf = read_squidguard(conf_path)
             rules = build_rules(conf.policy, config.lists, config.allow)
+            for problem in (*rules.warnings, *conf.notes):
+                log(f"{problem}")
             return PolicyEngine(conf.policy, rules.filter, expressions=rules.expressions)
 
         return load_squidguard
@@ -189,6 +193,8 @@ def policy_loader(config: GatewayConfig) -> Callable[[], Any] | None:
             rules = load_rules(config.snapshot)
         else:
             rules = build_rules(policy, config.lists, config.allow)
+            for warning in rules.warnings:
+                log(f"skipped: {warning}")
         return PolicyEngine(policy, rules.filter, expressions=rules.expressions)
 
     return load_policy

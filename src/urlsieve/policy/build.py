@@ -8,6 +8,7 @@ as ``file:line: reason`` at compile time and the good lines still load.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -45,12 +46,30 @@ def build_rules(
     builder = SnapshotBuilder()
     result = LoadResult()
     if lists:
-        tree = load_lists(lists, strict=strict, sink=builder.add)
+        # The trees' expression files are applied here (under RE2), not reported as skipped.
+        tree = load_lists(lists, strict=False, sink=builder.add)
+        for report in tree.reports:
+            if report.format == "squidguard-expressions":
+                report.warnings.clear()
+        if strict and tree.warnings:
+            raise tree.warnings[0]
         _merge(result, tree)
     if allow:
         _merge(result, load_lists(allow, action=ALLOW, strict=strict, sink=builder.add))
     patterns: dict[str, list[str]] = {}
     warnings: list[RuleSyntaxError] = []
+    for report in result.reports:
+        # A category's "expressions" file (UT1's optional very_restrictive_expression is not
+        # applied unless named as a destination's expressionlist).
+        if (
+            report.format == "squidguard-expressions"
+            and report.action != ALLOW
+            and os.path.basename(report.source) == "expressions"
+        ):
+            good, bad = read_expressions(report.source)
+            warnings += bad
+            if good:
+                patterns.setdefault(report.category, []).extend(p for p, _line in good)
     for dest in policy.dests.values():
         if dest.domainlist or dest.urllist:
             loaded = load_category_files(
