@@ -312,12 +312,16 @@ def test_openapi_document(client: TestClient) -> None:
     assert set(doc["paths"]) == {
         "/v1/check",
         "/v1/explain",
+        "/v1/continue",
         "/v1/seen",
         "/v1/reload",
         "/metrics",
         "/healthz",
     }
     assert set(doc["paths"]["/v1/check"]) == {"get", "post"}
+    # Without a policy (and its warn store) there is nothing to continue past.
+    r = client.get("/v1/continue", params={"url": "http://a.com/"})
+    assert (r.status_code, r.json()["error"]) == (404, "no_warn_store")
 
 
 def test_service_from_lists(tmp_path: Path) -> None:
