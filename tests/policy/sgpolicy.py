@@ -100,7 +100,7 @@ rew safe {{
 
 acl {{
     admins {{
-        pass !warez all
+        pass !warez !porn
     }}
     teachers within lessons {{
         pass good !porn !warez all
@@ -122,7 +122,6 @@ acl {{
         redirect http://block.test/students-free?t=%t
     }}
     guests {{
-        pass !porn !games !social !in-addr all
         redirect 302:http://block.test/guests?t=%t
     }}
     staff outside lunch {{
@@ -149,7 +148,7 @@ def write_tree(root: Path) -> Path:
         (db / name / "urls").write_text("\n".join(urls) + "\n")
     for name, patterns in EXPRESSIONS.items():
         (db / name / "expressions").write_text("\n".join(patterns) + "\n")
-    (db / "teachers.users").write_text("alice\nbob:Bob Teacher\ncarol\n")
+    (db / "teachers.users").write_text("alice\nbob:Bob Teacher\ncarol\nschool\\dave\n")
     (db / "students.ips").write_text("10.0.4.0/24\n10.0.6.7\n")
     (root / "log").mkdir(exist_ok=True)
     conf = root / "squidGuard.conf"
@@ -171,6 +170,8 @@ CLIENTS = [
     ("10.0.7.7", None, "Bob"),
     ("10.0.7.7", None, "SCHOOL%5calice"),  # a Windows domain user, escaped as Squid sends it
     ("10.0.7.7", None, "SCHOOL\\alice"),
+    ("10.0.7.7", None, "SCHOOL%5cdave"),  # the list has school\dave: escaped as Squid sends it
+    ("10.0.7.7", None, "SCHOOL\\dave"),
     ("10.0.9.1", None, "ROOT"),
     ("10.0.5.20", "pc1.lab.school.test", None),  # lab: ip AND domain
     ("10.0.5.20", None, None),  # lab address without a name
@@ -377,7 +378,7 @@ substitutions = [
 
 [[acl]]
 source = "admins"
-pass = ["!warez", "all"]
+pass = ["!warez", "!porn"]
 
 [[acl]]
 source = "teachers"
@@ -404,7 +405,7 @@ redirect = "http://block.test/students-free?t=%t"
 
 [[acl]]
 source = "guests"
-pass = ["!porn", "!games", "!social", "!in-addr", "all"]
+pass = ["!porn", "!warez", "!ads", "!in-addr", "all"]  # the default ACL's, as squidGuard
 redirect = "302:http://block.test/guests?t=%t"
 
 [[acl]]

@@ -144,8 +144,9 @@ def test_the_first_matching_pass_entry_decides_not_the_most_specific_rule() -> N
     decision = _engine(["!bad", "good", "all"]).decide(url)
     assert (decision.action, decision.category) == (BLOCK, "bad")
     assert _engine(["!bad", "all"]).decide("http://both.example/").action == PASS
-    # A pass list without a match blocks; "none" blocks; "!all" too.
-    assert _engine(["good"]).decide("http://other.example/").action == BLOCK
+    # A pass list without a match passes (squidGuard); "none" blocks; "!all" too.
+    assert _engine(["good"]).decide("http://other.example/").action == PASS
+    assert _engine(["!bad"]).decide("http://other.example/").action == PASS
     assert _engine(["none"]).decide("http://both.example/").action == BLOCK
     assert _engine(["all", "!bad"]).decide(url).action == PASS
 

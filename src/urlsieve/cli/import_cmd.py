@@ -23,6 +23,11 @@ DEVIATIONS = (
     "spellings squidGuard misses are caught",
     "a request squidGuard cannot parse passes in its emergency mode; urlsieve answers by its "
     "failure mode (closed by default)",
+    'block pages: %u is inserted as Squid sent it (squidGuard percent-decodes it), and " and '
+    "\\ are escaped in the quoted reply value",
+    "a user sent escaped (DOMAIN%5cuser) is read unescaped (domain\\user, as lists write it)",
+    "squidGuard's lookup bugs are not copied (neighbour-only list comparisons, client domains "
+    "without a dot boundary, whole-day dates missing 23:59, blocks without a page passing)",
 )
 
 

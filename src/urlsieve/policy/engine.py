@@ -207,6 +207,10 @@ class PolicyEngine:
         plan = self._plans.get(cache_key)
         if plan is not None:
             return plan
+        default = self.policy.acls.get("default")
+        if not branch.passes and default is not None and default.branch.passes:
+            # An ACL without a pass list takes the default ACL's, with its own page.
+            branch = Branch(default.branch.passes, branch.redirect, branch.rewrite)
         matcher = self._matcher
         position: dict[str, int] = {}
         rule_backed: list[tuple[int, str]] = []
@@ -343,8 +347,8 @@ class PolicyEngine:
             ):
                 found, best = at, -1
                 break
-        if found >= plan.size:  # nothing in the pass list matched: blocked
-            return self._block(plan, None, -1)
+        if found >= plan.size:  # nothing in the pass list matched: it passes (squidGuard)
+            return self._pass(plan, url, None, best)
         entry = plan.branch.passes[found]
         if entry.warn:
             if self._granted(who, form):
@@ -363,7 +367,7 @@ class PolicyEngine:
         target = dest.redirect if dest is not None and dest.redirect else plan.redirect
         return Decision(BLOCK, plan.source, plan.acl, category, target, None, rule_id, plan.within)
 
-    def _pass(self, plan: _Plan, url: str, category: str, rule_id: int) -> Decision:
+    def _pass(self, plan: _Plan, url: str, category: str | None, rule_id: int) -> Decision:
         rewrite = plan.branch.rewrite
         if rewrite is not None:
             changed = self.rewrites.apply(rewrite, url)

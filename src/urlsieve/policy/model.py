@@ -12,8 +12,10 @@ address, client host name, user) and when. It is squidGuard's model:
   uses its pass list, else its ``else`` pass list. A pass list is read left to
   right and the first entry that matches the URL decides: ``dest`` passes,
   ``!dest`` blocks, ``all`` passes anything, ``none`` blocks anything,
-  ``in-addr`` matches URLs whose host is an IP address. A request whose source has
-  no ACL, or that matches no source, is judged by the ``default`` ACL;
+  ``in-addr`` matches URLs whose host is an IP address; a URL no entry matches
+  passes, and an ACL without a pass list uses the default ACL's (both as squidGuard
+  does). A request whose source has no ACL, or that matches no source, is judged by
+  the ``default`` ACL;
 - a *destination* is a category: the rules of the compiled lists with that
   category, and the regular expressions of its expression list;
 - a *rewrite* is a list of substitutions applied to the URLs an ACL passes.
