@@ -81,7 +81,8 @@ def test_a_trusted_proxy_names_the_client(native: Path) -> None:
     with app_client(native, "10.9.9.9") as proxy:
         r = proxy.get(
             "/v1/check",
-            params={"url": "http://warez.example/", "client": "10.0.9.1", "user": "root"},
+            params={"url": "http://warez.example/"},
+            headers={"X-Forwarded-For": "10.0.9.1", "X-Authenticated-User": "root"},
         )
         assert r.json()["policy"]["source"] == "admins" and r.json()["action"] == "block"
         r = proxy.get(
@@ -91,11 +92,13 @@ def test_a_trusted_proxy_names_the_client(native: Path) -> None:
         )
         assert r.json()["policy"]["source"] == "students"  # the last hop the proxy saw
         r = proxy.post(
-            "/v1/check", json={"urls": ["http://games.example/"], "client": "172.16.0.1"}
+            "/v1/check",
+            json={"urls": ["http://games.example/"]},
+            headers={"X-Forwarded-For": "172.16.0.1"},
         )
         assert r.json()["results"][0]["policy"]["source"] == "default"
         assert r.json()["results"][0]["action"] == "allow"
-        r = proxy.get("/v1/check", params={"url": "http://a.test/", "user": ["a", "b"]})
+        r = proxy.get("/v1/check", params={"url": "http://a.test/", "client_name": ["a", "b"]})
         assert r.status_code == 400
         metrics = proxy.get("/metrics").text
         assert (
@@ -107,3 +110,34 @@ def test_a_trusted_proxy_names_the_client(native: Path) -> None:
             in metrics
         )
         assert proxy.get("/healthz").status_code == 200
+
+
+def test_a_field_the_proxy_names_in_a_header_cannot_come_from_the_query(native: Path) -> None:
+    """Behind a proxy that names the client in X-Forwarded-For, ?client= is the client's
+    own claim (the proxy passes the query on): refused."""
+    with app_client(native, "10.9.9.9") as proxy:
+        r = proxy.get(
+            "/v1/check",
+            params={"url": "http://games.example/", "client": "10.0.9.1"},
+            headers={"X-Forwarded-For": "10.0.1.9"},
+        )
+        assert r.status_code == 403
+        r = proxy.get(
+            "/v1/check",
+            params={"url": "http://games.example/", "client_name": "pc.lab"},
+            headers={"X-Forwarded-For": "10.0.1.9"},
+        )
+        assert r.status_code == 200  # no header names the client name
+
+
+def test_without_headers_a_trusted_proxy_names_the_client_in_fields(native: Path) -> None:
+    text = native.read_text().replace('client_header = "X-Forwarded-For"\n', "")
+    native.write_text(text.replace('user_header = "X-Authenticated-User"\n', ""))
+    with app_client(native, "10.9.9.9") as proxy:
+        r = proxy.get(
+            "/v1/check",
+            params={"url": "http://warez.example/", "client": "10.0.9.1", "user": "root"},
+        )
+        assert r.json()["policy"]["source"] == "admins" and r.json()["action"] == "block"
+        r = proxy.post("/v1/check", json={"urls": ["http://games.example/"], "client": "10.0.1.9"})
+        assert r.json()["results"][0]["policy"]["source"] == "students"

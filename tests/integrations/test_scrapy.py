@@ -290,3 +290,25 @@ def test_policy_middleware_who_asks_and_rewrites(tmp_path: Path) -> None:
     rewritten = mw.process_request(Request("http://plain.example/a"), other)
     assert rewritten is not None and rewritten.url == "https://plain.example/a"
     assert mw.process_request(rewritten, other) is None  # never rewritten twice
+
+
+def test_policy_middleware_treats_a_warning_as_a_block(tmp_path: Path) -> None:
+    from scrapy import Spider
+    from scrapy.exceptions import IgnoreRequest
+
+    from urlsieve.gateway.config import load_config
+    from urlsieve.gateway.ruleset import policy_loader
+    from urlsieve.integrations.scrapy import UrlsieveFilterMiddleware
+
+    (tmp_path / "pages.urls").write_text("example.org/private/\n")
+    policy = tmp_path / "urlsieve.toml"
+    policy.write_text(
+        '[policy]\nwarn_store = "memory:"\nwarn_page = "http://warn.test/?u=%u"\n'
+        + POLICY.replace('pass = ["!pages", "all"]', 'pass = ["?pages", "all"]')
+    )
+    load = policy_loader(load_config(str(policy), needs_rules=False))
+    assert load is not None
+    engine = load()
+    mw = UrlsieveFilterMiddleware(engine.rules, policy=engine)
+    with pytest.raises(IgnoreRequest, match="pages"):
+        mw.process_request(Request("http://example.org/private/x"), Spider(name="site"))

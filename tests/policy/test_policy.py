@@ -387,3 +387,53 @@ def test_compile_config_writes_the_policy_snapshot_the_helper_loads(tmp_path: Pa
         .category
         == "games"
     )
+
+
+def test_an_alias_in_a_pass_list_over_a_compiled_snapshot(tmp_path: Path) -> None:
+    """`!porn` where UT1's porn is an alias of adult, the policy loaded from the compiled
+    snapshot (whose Filter has no load report): the alias's rules and expressions decide,
+    and the lookup ends (it once looped for ever)."""
+    import signal
+
+    from urlsieve.cli import main
+
+    tree = tmp_path / "ut1"
+    (tree / "adult").mkdir(parents=True)
+    (tree / "adult" / "domains").write_text("bad.example\n")
+    (tree / "adult" / "expressions").write_text("(^|[./])xxx[0-9]*\\.\n")
+    (tree / "porn").symlink_to("adult")
+    config = tmp_path / "u.toml"
+    config.write_text(
+        f'[rules]\nlists = ["{tree}"]\nsnapshot = "{tmp_path / "p.snap"}"\n'
+        '[[dest]]\nname = "porn"\nredirect = "http://b.test/porn"\n'
+        '[[acl]]\nsource = "default"\npass = ["!porn", "all"]\nredirect = "http://b.test/"\n'
+    )
+    assert main(["compile", "--config", str(config)]) == 0
+    load = policy_loader(load_config(str(config), helper=True))
+    assert load is not None
+    engine = load()
+    signal.alarm(20)
+    try:
+        assert engine.decide("http://bad.example/").category == "porn"
+        assert engine.decide("http://www.xxx3.example/").category == "porn"
+        assert engine.decide("http://fine.example/").action == PASS
+    finally:
+        signal.alarm(0)
+
+
+def test_within_is_reported_for_the_default_acl_out_of_its_time() -> None:
+    text = (
+        '[[time]]\nname = "never"\ndates = ["1999.01.01"]\n'
+        '[[acl]]\nsource = "default"\nwithin = "never"\npass = ["none"]\n'
+        'else = { pass = ["all"] }\n'
+    )
+    policy = read_native(tomllib.loads(text), "/nowhere/u.toml")
+    engine = PolicyEngine(policy, Filter([parse_rule("x.test")]))
+    decision = engine.decide("http://a.test/", Who("1.2.3.4"), 0)
+    assert (decision.action, decision.within) == (PASS, False)
+
+
+def test_a_second_block_for_one_statement_is_an_error(tmp_path: Path) -> None:
+    path = _conf(tmp_path, "dest porn { domainlist porn/domains } { urllist x }\n")
+    with pytest.raises(PolicyError, match="second block"):
+        read_squidguard(path)

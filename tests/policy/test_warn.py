@@ -108,7 +108,17 @@ def test_helper_children_share_grants_through_sqlite(tmp_path: Path) -> None:
     for helper in helpers:
         assert helper.handle_batch([line])[0] == "ERR\n"
         assert helper.handle(line) == "ERR\n"
-    assert SqliteGrants(str(path)).granted(f"10.0.0.7\x00{site_of('social.example')}")
+    assert SqliteGrants(str(path)).granted(f"addr:10.0.0.7\x00{site_of('social.example')}")
+
+
+def test_a_browser_continuing_by_address_covers_its_authenticated_requests() -> None:
+    """/v1/continue knows the browser by its address; Squid sends the user too."""
+    e = engine("memory:", MemoryGrants())
+    e.grant("http://social.example/", Who("::ffff:10.0.0.7"))
+    assert e.decide("http://social.example/", Who("10.0.0.7", None, "SCHOOL%5cBob")).action == PASS
+    e.grant("http://adult-free.example/", Who("10.0.0.9", None, "SCHOOL%5cBob"))
+    # the user's grant, by the name normalised as user lists are
+    assert e.grants is not None and e.grants.granted("user:school\\bob\x00adult-free.example")
 
 
 def test_a_fleet_shares_grants_through_valkey(valkey_server: ServerProcess) -> None:
@@ -153,12 +163,33 @@ def test_the_service_continue_endpoint(tmp_path: Path) -> None:
             params={"url": "http://social.example/x\r\nSet-Cookie: a=b"},
             follow_redirects=False,
         )
-        assert r.status_code == 303
-        assert r.headers["location"] == "http://social.example/xSet-Cookie:%20a=b"
-        assert "set-cookie" not in r.headers
-        assert (
-            kid.get("/v1/check", params={"url": "http://social.example/y"}).json()["action"]
-            == "allow"
+        assert r.status_code == 422 and "set-cookie" not in r.headers  # never a split header
+        r = kid.get("/v1/continue", params={"url": "http://evil.test/"}, follow_redirects=False)
+        assert r.status_code == 409  # not behind a warning: never an open redirect
+        r = kid.get(
+            "/v1/continue",
+            params={"url": "http://social.example:8080/a/../b"},
+            follow_redirects=False,
         )
+        assert r.status_code == 303
+        assert r.headers["location"] == "http://social.example:8080/a/../b"  # as asked
+        assert r.headers["x-urlsieve-granted"] == "social.example"
+        r = kid.get("/v1/check", params={"url": "http://social.example/y"})
+        assert r.json()["action"] == "allow"
         r = kid.get("/v1/continue", params={"url": "javascript:alert(1)"}, follow_redirects=False)
         assert r.status_code == 422
+
+
+def test_the_external_acl_keeps_a_warning_over_a_later_reading() -> None:
+    """In acl mode a %23 may be a raw '#': each reading is decided, and a warning on the one
+    as sent is kept (a later reading that passes once won)."""
+    policy = read_native(tomllib.loads(POLICY.format(store="memory:")), "/nowhere/u.toml")
+    rules = Filter(
+        [parse_rule("ok.example/social/", BLOCK, "social"), parse_rule("a.example", BLOCK, "adult")]
+    )
+    e = PolicyEngine(policy, rules, grants=MemoryGrants())
+    helper = PolicyHelper(LiveRules(lambda: e), HelperSettings(mode=HelperMode.ACL, channels=False))
+    # As sent: /x%23/../social/y is /social/y (warned); cut at the %23: /x (passes).
+    reply = helper.handle(b"http://ok.example/x%23/../social/y 10.0.0.7 - GET")
+    assert reply.startswith('OK tag="social"'), reply
+    assert helper.handle(b"http://ok.example/x 10.0.0.7 - GET") == "ERR\n"

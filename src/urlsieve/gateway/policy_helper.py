@@ -132,8 +132,8 @@ class PolicyHelper(SquidHelper):
             who = Who(request.client, request.client_name, request.user)
             readings = acl_readings(request.target) if self._escaped else [request.target]
             decision = engine.decide(readings[0], who)
-            for reading in readings[1:]:
-                if decision.action == BLOCK:
+            for reading in readings[1:]:  # the strictest reading: any block or warning
+                if decision.action in (BLOCK, WARN):
                     break
                 decision = engine.decide(reading, who)
         except ProtocolError as exc:

@@ -251,6 +251,20 @@ def _who(request: Request, state: ServiceState, body: dict[str, Any] | None = No
         if values:
             given[name] = values[0].decode("utf-8", "replace")[:256]
     trusted = _peer_trusted(request, state)
+    headed = {
+        name
+        for name, header in (("client", state.client_header), ("user", state.user_header))
+        if header
+    }
+    if trusted and headed & set(given):
+        # A proxy that names the client in a header passes query strings on unchanged:
+        # a field there would be the client's own claim.
+        raise ApiError(
+            403,
+            "untrusted_client_fields",
+            f"{', '.join(sorted(headed & set(given)))} come from the configured headers "
+            "(service.client_header / service.user_header), not from the request",
+        )
     if given and not trusted:
         raise ApiError(
             403,
@@ -562,11 +576,21 @@ async def continue_warned(request: Request) -> Response:
     loaded = _loaded(state)
     if not isinstance(loaded, PolicyEngine) or loaded.grants is None:
         raise ApiError(404, "no_warn_store", "no policy with a warn_store is configured")
-    if not url.lower().startswith(("http://", "https://")):
-        raise ApiError(422, "invalid_url", "continue takes an http:// or https:// URL")
+    if not url.lower().startswith(("http://", "https://")) or not (
+        url.isascii() and url.isprintable() and " " not in url
+    ):
+        raise ApiError(
+            422, "invalid_url", "continue takes an http(s) URL of printable ASCII (escaped)"
+        )
     who = _who(request, state)
     try:
-        site, canonical = await run_in_threadpool(loaded.grant, url, who)
+        # Only past a warning this client gets for this URL: never an open redirect.
+        decided = await run_in_threadpool(loaded.decide, url, who)
+        if decided.action != WARN:
+            raise ApiError(
+                409, "not_warned", f"{url[:200]!r} is not behind a warning for this client"
+            )
+        site, _canonical = await run_in_threadpool(loaded.grant, url, who)
     except InvalidURL as exc:
         raise ApiError(422, "invalid_url", f"{exc.reason}: {url[:200]!r}") from None
     except StoreError as exc:
@@ -574,8 +598,8 @@ async def continue_warned(request: Request) -> Response:
     state.metrics.count_policy([("-", "-", "continue")])
     return Response(
         status_code=303,
-        # The canonical form: ASCII, percent-encoded, so the header cannot be split.
-        headers={"location": canonical, "x-urlsieve-granted": site, "cache-control": "no-store"},
+        # The URL as asked (port and path kept): printable ASCII, checked above.
+        headers={"location": url, "x-urlsieve-granted": site, "cache-control": "no-store"},
     )
 
 
@@ -901,7 +925,7 @@ OPENAPI: dict[str, Any] = {
                 "parameters": [_param("url", "the URL the warning page was shown for")],
                 "responses": {
                     "303": {"description": "granted; Location is the URL (canonical form)"},
-                    **_error_responses(400, 403, 404, 422, 503),
+                    **_error_responses(400, 403, 404, 409, 422, 503),
                 },
             }
         },

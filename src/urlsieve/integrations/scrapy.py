@@ -319,7 +319,7 @@ class UrlsieveFilterMiddleware:
     def _by_policy(self, request: Request, spider: Spider | None) -> Request | None:
         from scrapy.exceptions import IgnoreRequest
 
-        from urlsieve.policy.engine import BLOCK, REWRITE, Who
+        from urlsieve.policy.engine import BLOCK, REWRITE, WARN, Who
 
         assert self.policy is not None
         if spider is None and self.crawler is not None:  # Scrapy 2.13 passes no spider
@@ -334,7 +334,7 @@ class UrlsieveFilterMiddleware:
                 raise IgnoreRequest(f"urlsieve cannot check {request.url}: {decision.reason}")
             return None
         self._inc(f"urlsieve/policy/{decision.source}/{decision.acl}/{decision.action}")
-        if decision.action == BLOCK:
+        if decision.action in (BLOCK, WARN):  # a crawler cannot click "continue"
             self._inc("urlsieve/blocked")
             self._inc(f"urlsieve/blocked/{decision.category or 'none'}")
             raise IgnoreRequest(

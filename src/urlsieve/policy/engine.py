@@ -15,6 +15,8 @@ cached: a request costs a dictionary lookup for its pass list, then the URL look
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import re
 import time as _time
 from collections.abc import Callable, Sequence
@@ -109,7 +111,8 @@ class PolicyEngine:
         self.policy = policy.validate(frozenset(rules.categories) | frozenset(matcher.categories))
         self.rules = rules
         self._matcher = matcher
-        self._aliases = rules.aliases
+        # The snapshot's own aliases: the ones its category masks and provenance use.
+        self._aliases: dict[str, str] = {**rules.aliases, **matcher._aliases}
         self.expressions = expressions or ExpressionSet({})
         self.rewrites = RewriteSet(policy.rewrites)
         self.clock = clock
@@ -119,7 +122,7 @@ class PolicyEngine:
         #: Grant lookups that failed (the store unreachable): the warning was shown again.
         self.grant_errors = 0
         self._zone: tzinfo | None = ZoneInfo(policy.timezone) if policy.timezone else None
-        self._plans: dict[tuple[int, str], _Plan] = {}
+        self._plans: dict[tuple[int, str, str], _Plan] = {}
         self._who: dict[Who, _Plan] = {}
         self._renamed: dict[tuple[int, str], _Plan] = {}
         self._no_category = bytes(len(matcher.categories))
@@ -147,9 +150,11 @@ class PolicyEngine:
         stamp = self.clock() if timestamp is None else timestamp
         minute = int(stamp // 60)
         if minute != self._minute:
-            self._minute = minute
+            # The time first, then the cache, then the minute: a thread deciding meanwhile
+            # sees either the old minute with its plans or the new time.
             self._now = self._local(stamp)
             self._who.clear()
+            self._minute = minute
 
     def source_of(self, who: Who, now: datetime) -> Source | None:
         """The first source matching ``who`` at ``now`` (None: none, the default ACL)."""
@@ -203,7 +208,7 @@ class PolicyEngine:
         return plan
 
     def _plan_for(self, acl_name: str, acl: Acl, branch: Branch, key: str) -> _Plan:
-        cache_key = (id(branch), acl_name)
+        cache_key = (id(branch), acl_name, key)
         plan = self._plans.get(cache_key)
         if plan is not None:
             return plan
@@ -219,9 +224,10 @@ class PolicyEngine:
             if entry.name in (ALL, NONE, IN_ADDR):
                 checks.append((at, entry.name))
                 continue
-            if entry.name in self.expressions:
-                checks.append((at, "expr"))
             category = self._aliases.get(entry.name, entry.name)
+            for named in dict.fromkeys((entry.name, category)):  # its own, or its alias's
+                if named in self.expressions:
+                    checks.append((at, "expr:" + named))
             if category not in position:
                 position[category] = at
                 rule_backed.append((at, entry.name))
@@ -292,12 +298,13 @@ class PolicyEngine:
         ]
 
     def _granted(self, who: Who, form: str | None) -> bool:
+        """Whether ``who`` continued past the warning for the site: a grant to its user or
+        to its address (a browser calling /v1/continue is known by its address only)."""
         if self.grants is None or form is None:
             return False
-        identity = (who.user or "").lower() or who.client or ""
         host = form.partition("://")[2].partition("/")[0]
         try:
-            return self.grants.granted(grant_key(identity, host))
+            return any(self.grants.granted(grant_key(i, host)) for i in identities(who))
         except StoreUnavailable:
             self.grant_errors += 1
             return False
@@ -310,9 +317,11 @@ class PolicyEngine:
         if self.grants is None:
             raise ConfigError("this policy has no warn_store: nothing to continue")
         parts = parse_url(url)
-        identity = (who.user or "").lower() or who.client or ""
         span = seconds if seconds is not None else self.policy.warn_seconds
-        self.grants.grant(grant_key(identity, parts.host), min(span, MAX_GRANT_SECONDS))
+        keys = identities(who)
+        if not keys:
+            raise ConfigError("nobody to grant: the request names no user and no address")
+        self.grants.grant(grant_key(keys[0], parts.host), min(span, MAX_GRANT_SECONDS))
         return site_of(parts.host), parts.canonical
 
     def _category(self, rule_id: int) -> str:
@@ -332,6 +341,8 @@ class PolicyEngine:
         best = -1
         while rule_id >= 0:
             at = plan.position.get(self._category(rule_id), found)
+            if at >= found:  # never again the same entry: a rule outside the mask ends it
+                break
             found, best = at, rule_id
             mask = plan.masks_before[at]
             if mask is None:
@@ -343,7 +354,7 @@ class PolicyEngine:
             if (
                 kind in (ALL, NONE)
                 or (kind == IN_ADDR and _host_is_ip(form))
-                or (kind == "expr" and self.expressions.matches(plan.branch.passes[at].name, url))
+                or (kind[:5] == "expr:" and self.expressions.matches(kind[5:], url))
             ):
                 found, best = at, -1
                 break
@@ -391,6 +402,23 @@ def _host_is_ip(canonical: str | None) -> bool:
     if host[-1:].isdigit():  # a name's last label is never all digits in canonical form
         return _IPV4.fullmatch(host) is not None
     return host.startswith("[")
+
+
+def identities(who: Who) -> list[str]:
+    """Who a grant is for, most specific first: ``user:NAME`` (normalised as user lists
+    are), then ``addr:ADDRESS`` (an IPv4-mapped IPv6 address as IPv4)."""
+    out = []
+    user = normalise_user(who.user)
+    if user:
+        out.append(f"user:{user}")
+    if who.client:
+        address = who.client.strip("[]")
+        with contextlib.suppress(ValueError):
+            ip = ipaddress.ip_address(address)
+            mapped = ip.ipv4_mapped if ip.version == 6 else None
+            address = str(mapped or ip)
+        out.append(f"addr:{address}")
+    return out
 
 
 def _pass_decisions(plan: _Plan) -> list[Decision]:

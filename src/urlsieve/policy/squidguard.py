@@ -96,6 +96,10 @@ def _statements(path: str, text: str) -> list[_Stmt]:
             if tok == "{":
                 if not stack[-1]:
                     raise PolicyError("a block '{' with no statement before it", f"{path}:{line}")
+                if stack[-1][-1].block is not None:
+                    raise PolicyError(
+                        f"a second block for {stack[-1][-1].words[0]!r}", f"{path}:{line}"
+                    )
                 block: list[_Stmt] = []
                 stack[-1][-1].block = block
                 stack.append(block)
