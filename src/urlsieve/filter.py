@@ -113,12 +113,7 @@ class Filter:
 
         result = load(block, None)
         if allow:
-            extra = load(allow, ALLOW)
-            result.reports += extra.reports
-            result.aliases.update(extra.aliases)
-            result.skipped += extra.skipped
-            for name, where in extra.categories.items():
-                result.categories.setdefault(name, where)
+            result.merge(load(allow, ALLOW))
         meta = {
             **(meta or {}),
             "aliases": dict(result.aliases),

@@ -16,9 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from urlsieve._accel import speedups
 from urlsieve.exceptions import InvalidURL
 from urlsieve.gateway.protocol import (
     HelperMode,
@@ -33,8 +30,6 @@ from urlsieve.policy.engine import BLOCK, PASS, REWRITE, WARN, Decision, PolicyE
 from urlsieve.policy.pages import render_page, split_status
 
 __all__ = ["POLICY_FALLBACK_PAGE", "PolicyHelper"]
-
-_scan = getattr(speedups, "squid_scan", None)
 
 
 def who_fields(who: Who) -> tuple[str | None, str | None, str | None]:
@@ -61,18 +56,10 @@ class PolicyHelper(SquidHelper):
             return [self.handle(line) for line in lines]
         engine = self._engine()  # no rules: the batch fails as a whole, handle() answers
         lines = list(lines)
-        channels = self.settings.channels
-        ids = np.empty(len(lines), dtype=np.int64)
-        if _scan is not None:
-            mode = 0 if channels is False else 1 if channels else 2
-            urls: list[str | None] = _scan(lines, mode, False, ids)
-        else:
-            urls = [None] * len(lines)
-        chan: list[int] = ids.tolist() if _scan is not None else [-1] * len(lines)
+        urls, chan = self._scan_lines(lines)
         picked: list[int] = []
         targets: list[str] = []
         whos: list[Who] = []
-        rests: list[bytes] = []
         who_of = self._who_of
         for k, (line, url) in enumerate(zip(lines, urls, strict=True)):
             if url is None:
@@ -91,7 +78,6 @@ class PolicyHelper(SquidHelper):
             picked.append(k)
             targets.append(url)
             whos.append(who)
-            rests.append(rest)
         decided = engine.decide_many(targets, whos) if targets else []
         replies: list[str | None] = [None] * len(lines)
         for k, url, who, decision in zip(picked, targets, whos, decided, strict=True):

@@ -221,10 +221,13 @@ def _loaded(state: ServiceState) -> Filter | PolicyEngine:
         raise ApiError(503, "no_rules", str(exc)) from None
 
 
-def _rules(state: ServiceState) -> Filter:
-    """The rules (a policy's own rules when a policy is configured)."""
-    loaded = _loaded(state)
+def _filter_of(loaded: Filter | PolicyEngine) -> Filter:
+    """The rules of what is loaded (a policy's own rules when a policy is configured)."""
     return loaded.rules if isinstance(loaded, PolicyEngine) else loaded
+
+
+def _rules(state: ServiceState) -> Filter:
+    return _filter_of(_loaded(state))
 
 
 def _peer_trusted(request: Request, state: ServiceState) -> bool:
@@ -659,7 +662,7 @@ async def metrics(request: Request) -> Response:
     live = state.rules
     try:
         loaded = live.get()
-        current: Filter | None = loaded.rules if isinstance(loaded, PolicyEngine) else loaded
+        current: Filter | None = _filter_of(loaded)
     except NoRules:
         current = None
     info = rules_info(current, live.loaded_at, live.generation)
@@ -674,7 +677,7 @@ async def healthz(request: Request) -> Response:
         loaded = live.get()
     except NoRules as exc:
         return JSONResponse({"status": "no_rules", "detail": str(exc)}, status_code=503)
-    current = loaded.rules if isinstance(loaded, PolicyEngine) else loaded
+    current = _filter_of(loaded)
     body = {"status": "ok", "rules": rules_info(current, live.loaded_at, live.generation)}
     if live.error:
         body["last_reload_error"] = live.error

@@ -169,16 +169,10 @@ class SquidHelper:
             self._replies_for, self._pieces = rules, {}
         channels = self.settings.channels
         lines = list(lines)
-        ids = np.empty(len(lines), dtype=np.int64)
-        if _scan is not None:
-            mode = 0 if channels is False else 1 if channels else 2
-            urls: list[str | None] = _scan(lines, mode, self._escaped, ids)
-        else:
-            urls = self._scan_py(lines, ids)
+        urls, channel_ids = self._scan_lines(lines)
         plain = [u for u in urls if u is not None]
         # Nothing is counted or logged before this call: if it fails, handle() starts afresh.
         decided = iter(rules.decide_ids(plain) if plain else ())
-        channel_ids: list[int] = ids.tolist()
         replies = []
         stats = self.stats
         pieces = self._pieces
@@ -237,6 +231,19 @@ class SquidHelper:
             if len(pieces) > 1
             else (head + pieces[0] + '"\n',)
         )
+
+    def _scan_lines(self, lines: list[bytes]) -> tuple[list[str | None], list[int]]:
+        """Per line its URL when the line has the plain form (None: parse it on its own),
+        and its channel ID (-1: none): compiled when the extension is built."""
+        ids = np.empty(len(lines), dtype=np.int64)
+        if _scan is not None:
+            channels = self.settings.channels
+            mode = 0 if channels is False else 1 if channels else 2
+            urls: list[str | None] = _scan(lines, mode, self._escaped, ids)
+        else:
+            urls = self._scan_py(lines, ids)
+        channel_ids: list[int] = ids.tolist()
+        return urls, channel_ids
 
     def _scan_py(self, lines: list[bytes], ids: np.ndarray) -> list[str | None]:
         """:func:`urlsieve._speedups.squid_scan` without the extension: every line parsed."""

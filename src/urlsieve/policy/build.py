@@ -53,9 +53,9 @@ def build_rules(
                 report.warnings.clear()
         if strict and tree.warnings:
             raise tree.warnings[0]
-        _merge(result, tree)
+        result.merge(tree)
     if allow:
-        _merge(result, load_lists(allow, action=ALLOW, strict=strict, sink=builder.add))
+        result.merge(load_lists(allow, action=ALLOW, strict=strict, sink=builder.add))
     patterns: dict[str, list[str]] = {}
     warnings: list[RuleSyntaxError] = []
     for report in result.reports:
@@ -79,7 +79,7 @@ def build_rules(
                 strict=strict,
                 sink=builder.add,
             )
-            _merge(result, loaded)
+            result.merge(loaded)
         if dest.expressionlist:
             good, bad = read_expressions(dest.expressionlist)
             if bad and strict:
@@ -98,11 +98,3 @@ def load_rules(path: str) -> PolicyRules:
     info = rules.info
     patterns = dict(info.meta.get("expressions", {})) if info is not None else {}
     return PolicyRules(rules, ExpressionSet(patterns), [], patterns)
-
-
-def _merge(into: LoadResult, other: LoadResult) -> None:
-    into.reports += other.reports
-    into.aliases.update(other.aliases)
-    into.skipped += other.skipped
-    for name, where in other.categories.items():
-        into.categories.setdefault(name, where)

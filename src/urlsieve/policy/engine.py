@@ -90,6 +90,8 @@ class _Plan:
     size: int = 0  # entries in the pass list
     row: int = 0  # its mask's row in PolicyEngine._masks
     passes: list[Decision] = field(default_factory=list)  # index → its plain pass decision
+    #: The pass list checks in-addr or warns: its URLs' canonical forms are needed.
+    needs_form: bool = False
 
 
 class PolicyEngine:
@@ -254,6 +256,9 @@ class PolicyEngine:
         )
         plan.passes = _pass_decisions(plan)
         plan.row = self._add_row(plan.mask)
+        plan.needs_form = any(kind == IN_ADDR for _at, kind in checks) or any(
+            entry.warn for entry in branch.passes
+        )
         self._plans[cache_key] = plan
         return plan
 
@@ -288,9 +293,11 @@ class PolicyEngine:
         plan_of = self._plan_of
         plans = [plan_of(who) for who in whos]
         rows = [plan.row for plan in plans]
-        # The canonical forms tell an IP host without parsing again (for in-addr).
+        # The canonical forms tell an IP host (in-addr) and a warned site without parsing
+        # again; the compiled call builds them only when a pass list of the batch needs them.
         forms: list[str | None] = [None] * len(urls)
-        ids = self._matcher.ids_by_rows(urls, self._masks, rows, forms)
+        needed = any(plan.needs_form for plan in plans)
+        ids = self._matcher.ids_by_rows(urls, self._masks, rows, forms if needed else None)
         finish = self._finish
         return [
             rule_id if isinstance(rule_id, InvalidURL) else finish(plan, url, rule_id, form, who)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from urlsieve.exceptions import ConfigError, RuleSyntaxError
@@ -73,7 +74,7 @@ def check_expression(pattern: str) -> str | None:
 
 def read_expressions(path: str) -> tuple[list[tuple[str, int]], list[RuleSyntaxError]]:
     """The expressions of a list file as ``(pattern, line)``, and the lines skipped."""
-    text = read_list_text(__import__("pathlib").Path(path))
+    text = read_list_text(Path(path))
     good: list[tuple[str, int]] = []
     bad: list[RuleSyntaxError] = []
     for number, raw in enumerate(text.split("\n"), 1):

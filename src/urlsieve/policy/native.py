@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from urlsieve.policy.clients import AddressSet, AddressSyntaxError, parse_address
+from urlsieve.policy.lists import read_addresses, read_users
 from urlsieve.policy.model import Acl, Branch, Dest, PassEntry, Policy, PolicyError, Rewrite, Source
 from urlsieve.policy.rewrite import parse_substitution, safe_search
 from urlsieve.policy.timerules import (
@@ -58,8 +59,6 @@ from urlsieve.policy.timerules import (
     TimeRule,
     TimeSyntaxError,
     WeeklyEntry,
-    parse_days,
-    parse_ranges,
 )
 
 __all__ = ["POLICY_SECTIONS", "has_policy", "read_native"]
@@ -156,13 +155,7 @@ def read_native(data: Mapping[str, Any], path: str) -> Policy:
         entries: list[WeeklyEntry | DateEntry] = []
         try:
             for line in _strings(table.get("weekly", []), where, "weekly"):
-                words = line.split()
-                days = [w for w in words if ":" not in w]
-                if not days:
-                    raise TimeSyntaxError(f"{line!r}: days first (e.g. 'mtwhf 08:00-16:00')")
-                entries.append(
-                    WeeklyEntry(parse_days(days), parse_ranges([w for w in words if ":" in w]))
-                )
+                entries.append(WeeklyEntry.parse(line.split()))
             for line in _strings(table.get("dates", []), where, "dates"):
                 words = line.split()
                 if not words:
@@ -204,18 +197,12 @@ def read_native(data: Mapping[str, Any], path: str) -> Policy:
         except AddressSyntaxError as exc:
             raise PolicyError(f"invalid address: {exc}", where) from None
         for listed in _strings(table.get("iplist", []), where, "iplist"):
-            full = file(listed, where, "iplist")
-            for number, token in _file_tokens(full):
-                try:
-                    entries_ip.append(parse_address(token))
-                except AddressSyntaxError as exc:
-                    raise PolicyError(str(exc), f"{full}:{number}") from None
+            entries_ip += read_addresses(file(listed, where, "iplist"))
         users: set[str] | None = None
         if "user" in table or "userlist" in table:
             users = {u.lower() for u in _strings(table.get("user", []), where, "user")}
             for listed in _strings(table.get("userlist", []), where, "userlist"):
-                full = file(listed, where, "userlist")
-                users |= {t.split(":", 1)[0].lower() for _n, t in _file_tokens(full)}
+                users |= read_users(file(listed, where, "userlist"))
         domains = None
         if "domain" in table:
             domains = tuple(
@@ -293,16 +280,6 @@ def _time_limit(table: Mapping[str, Any], where: str) -> tuple[str | None, bool]
                 raise PolicyError(f"{key} must name a time rule", where)
             return value, key == "within"
     return None, True
-
-
-def _file_tokens(path: str) -> list[tuple[int, str]]:
-    text = Path(path).read_text("utf-8", "surrogateescape")
-    out = []
-    for number, raw in enumerate(text.split("\n"), 1):
-        token = raw.split("#", 1)[0].strip()
-        if token:
-            out.append((number, token))
-    return out
 
 
 def _q(value: str) -> str:

@@ -19,9 +19,9 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from urlsieve.policy.clients import AddressSet, AddressSyntaxError, parse_address
+from urlsieve.policy.lists import read_addresses, read_users
 from urlsieve.policy.model import (
     Acl,
     Branch,
@@ -38,8 +38,6 @@ from urlsieve.policy.timerules import (
     TimeRule,
     TimeSyntaxError,
     WeeklyEntry,
-    parse_days,
-    parse_ranges,
 )
 
 __all__ = ["MAX_CONF_BYTES", "SquidGuardConf", "read_squidguard"]
@@ -255,7 +253,7 @@ class _Reader:
             values.get("domainlist"),
             values.get("urllist"),
             values.get("expressionlist"),
-            _template(redirect) if redirect else None,
+            redirect or None,  # the policy's renderer fills it as squidGuard does
             self.where(stmt),
         )
 
@@ -275,18 +273,11 @@ class _Reader:
                     addresses.append(self.address(inner, token))
             elif key == "iplist":
                 has_ip = True
-                path = self.file(inner, self.one(inner, rest))
-                for number, token in _list_lines(self, inner, path):
-                    try:
-                        addresses.append(parse_address(token))
-                    except AddressSyntaxError as exc:
-                        raise PolicyError(str(exc), f"{path}:{number}") from None
+                addresses += read_addresses(self.file(inner, self.one(inner, rest)))
             elif key == "user":
                 users = (users or set()) | {u.lower() for u in rest}
             elif key == "userlist":
-                path = self.file(inner, self.one(inner, rest))
-                listed = {t.split(":", 1)[0].lower() for _, t in _list_lines(self, inner, path)}
-                users = (users or set()) | listed
+                users = (users or set()) | read_users(self.file(inner, self.one(inner, rest)))
             elif key == "domain":
                 domains = (domains or []) + [d.lower().strip(".") for d in rest]
             elif key in ("log", "logfile"):
@@ -326,11 +317,7 @@ class _Reader:
             rest = inner.words[1:]
             try:
                 if key == "weekly":
-                    days = [t for t in rest if ":" not in t]
-                    ranges = [t for t in rest if ":" in t]
-                    if not days:
-                        raise TimeSyntaxError("'weekly' needs days (e.g. mtwhf or mondays)")
-                    entries.append(WeeklyEntry(parse_days(days), parse_ranges(ranges)))
+                    entries.append(WeeklyEntry.parse(rest))
                 elif key == "date":
                     if not rest:
                         raise TimeSyntaxError("'date' needs a date (yyyy.mm.dd)")
@@ -403,7 +390,7 @@ class _Reader:
             if key == "pass":
                 passes += [PassEntry.parse(t) for t in rest]
             elif key == "redirect":
-                redirect = _template(self.one(inner, rest))
+                redirect = self.one(inner, rest)
             elif key in ("rewrite", "rew"):
                 rewrite = self.one(inner, rest)
             elif key in ("log", "logfile"):
@@ -414,25 +401,5 @@ class _Reader:
 
     def finish(self) -> SquidGuardConf:
         policy = self.conf.policy
-        try:
-            policy.validate()
-        except PolicyError as exc:
-            raise exc
+        policy.validate()
         return self.conf
-
-
-def _template(redirect: str) -> str:
-    """A squidGuard redirect as an urlsieve policy template (the same text: the policy's
-    renderer substitutes as squidGuard does)."""
-    return redirect
-
-
-def _list_lines(reader: _Reader, stmt: _Stmt, path: str) -> Iterator[tuple[int, str]]:
-    try:
-        text = Path(path).read_text("utf-8", "surrogateescape")
-    except OSError as exc:
-        raise reader.fail(stmt, f"cannot read {path} ({exc.strerror or exc})") from None
-    for number, raw in enumerate(text.split("\n"), 1):
-        token = raw.split("#", 1)[0].strip()
-        if token:
-            yield number, token

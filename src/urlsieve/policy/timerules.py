@@ -110,6 +110,14 @@ class WeeklyEntry:
     days: frozenset[int]
     ranges: tuple[tuple[int, int], ...] = _WHOLE_DAY
 
+    @classmethod
+    def parse(cls, words: Sequence[str]) -> WeeklyEntry:
+        """``mtwhf 08:00-12:00 13:00-16:00``: day words, then ranges (none: the whole day)."""
+        days = [w for w in words if ":" not in w]
+        if not days:
+            raise TimeSyntaxError("'weekly' needs days (e.g. 'mtwhf 08:00-16:00' or mondays)")
+        return cls(parse_days(days), parse_ranges([w for w in words if ":" in w]))
+
     def holds(self, now: datetime) -> bool:
         return now.weekday() in self.days and _in(self.ranges, now.hour * 60 + now.minute)
 

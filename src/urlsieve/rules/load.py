@@ -93,6 +93,15 @@ class LoadResult:
         """Every bad line of every file, in reading order."""
         return [w for r in self.reports for w in r.warnings]
 
+    def merge(self, other: LoadResult) -> None:
+        """Add another load's reports, aliases, skipped categories and categories (the
+        first directory named for a category stays). Rules stream to a sink: not merged."""
+        self.reports += other.reports
+        self.aliases.update(other.aliases)
+        self.skipped += other.skipped
+        for name, where in other.categories.items():
+            self.categories.setdefault(name, where)
+
 
 def _domains_line(text: str, number: int, ctx: LineContext) -> list[Rule]:
     rules = plain_line(text, number, ctx)
