@@ -11,14 +11,18 @@ Hierarchy::
     ├── NoRules                        a gateway process has no rules loaded (and why)
     ├── ResolveError                   a name server that does not answer or fails (timeout,
     │                                  SERVFAIL, refused); a name that does not exist is not one
-    └── StoreError                     a seen store cannot do what was asked
-        ├── StoreCorrupt               a file that is not a store, truncated, or damaged
-        ├── ProfileMismatch            a store written under another canonical profile
-        ├── StoreReadOnly              a write to a store opened read-only
-        ├── StoreFull                  the disk (or a size cap) is full: the write did not happen
-        ├── StoreClosed                an operation on a store after close()
-        └── StoreUnavailable           a server that does not answer or refuses
-                                       (network, OOM, READONLY)
+    ├── StoreError                     a seen store cannot do what was asked
+    │   ├── StoreCorrupt               a file that is not a store, truncated, or damaged
+    │   ├── ProfileMismatch            a store written under another canonical profile
+    │   ├── StoreReadOnly              a write to a store opened read-only
+    │   ├── StoreFull                  the disk (or a size cap) is full: the write did not happen
+    │   ├── StoreClosed                an operation on a store after close()
+    │   └── StoreUnavailable           a server that does not answer or refuses
+    │                                  (network, OOM, READONLY)
+    └── LearnError                     the self-learning gateway (``urlsieve.learn``)
+        ├── QueueCorrupt               a queue database that cannot be read (path, what to do)
+        ├── QueueUnavailable           a queue server that does not answer (the learner retries)
+        └── SpoolCorrupt               a WARC segment that cannot be read (path, what to do)
 
 Driver and OS errors are translated where they cross into urlsieve, with
 ``raise ... from exc`` so the original stays visible.
@@ -30,11 +34,15 @@ __all__ = [
     "ConfigError",
     "HelperProtocolError",
     "InvalidURL",
+    "LearnError",
     "NoRules",
     "ProfileMismatch",
+    "QueueCorrupt",
+    "QueueUnavailable",
     "ResolveError",
     "RuleSyntaxError",
     "SnapshotError",
+    "SpoolCorrupt",
     "StoreClosed",
     "StoreCorrupt",
     "StoreError",
@@ -130,3 +138,29 @@ class StoreClosed(StoreError):
 
 class StoreUnavailable(StoreError):
     """A store's server does not answer or refuses the command (network, OOM, READONLY)."""
+
+
+class LearnError(UrlsieveError):
+    """The self-learning gateway (:mod:`urlsieve.learn`) cannot do what was asked."""
+
+
+class QueueCorrupt(LearnError):
+    """A queue database that is not one, or is damaged; the message names the file and the fix."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class QueueUnavailable(LearnError):
+    """The queue's server does not answer or refuses; nothing queued is lost, retry later."""
+
+
+class SpoolCorrupt(LearnError):
+    """A WARC segment that cannot be read; the message names the file and the fix."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
