@@ -18,6 +18,11 @@ variables, the TOML file (``--config FILE`` or ``URLSIEVE_CONFIG``), defaults.
     failure_mode = "closed"                  # closed: block and log; open: allow and log
     reload_check_seconds = 1.0               # how often the snapshot file is checked for a change
 
+    [learn]                                  # the self-learning gateway (seed 001)
+    queue = "sqlite:/var/lib/urlsieve/learn/queue.db"  # where unknown URLs go
+    unknown = "allow-first"                  # allow-first | block | allow
+    overlay = "/var/lib/urlsieve/learn/learned.snap"  # learned rules, beside the base rules
+
     [service]
     bind = "127.0.0.1:8399"
     token_file = "/etc/urlsieve/token"       # or token = "…": protects POST /v1/reload
@@ -45,12 +50,19 @@ from urlsieve.policy.native import POLICY_SECTIONS, has_policy, read_native
 
 __all__ = [
     "ENV_VARS",
+    "UNKNOWN_POLICIES",
     "FailureMode",
     "GatewayConfig",
     "describe",
     "load_config",
     "parse_bind",
 ]
+
+
+#: What the gateway does with a URL no rule decides (base or learned): ``allow-first``
+#: allows it and queues it for learning (seed 001's first-time allow), ``block`` blocks
+#: it until it is classified (and queues it), ``allow`` allows it (no learning).
+UNKNOWN_POLICIES = ("allow-first", "block", "allow")
 
 
 class FailureMode(StrEnum):
@@ -86,6 +98,12 @@ class GatewayConfig:
     squidguard_conf: str | None = None
     #: The policy written in the file's [[source]]/[[time]]/[[dest]]/[[acl]] tables.
     policy: Policy | None = field(default=None, compare=False)
+    #: The learned overlay snapshot, looked up where the base rules decide nothing.
+    overlay: str | None = None
+    #: The seen-store-like spec of the queue of unknown URLs (learning on when set).
+    learn_queue: str | None = None
+    #: One of UNKNOWN_POLICIES; None: allow-first with a queue, allow without.
+    unknown: str | None = None
     #: Where each option was set: "default", "file", "env:NAME" or "option".
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
     source_file: str | None = None
@@ -147,12 +165,30 @@ class GatewayConfig:
             )
         if self.token is not None and len(self.token) < 16:
             raise ConfigError("service.token is shorter than 16 characters: use a longer secret")
+        if self.unknown is not None and self.unknown not in UNKNOWN_POLICIES:
+            raise ConfigError(
+                f"learn.unknown={self.unknown!r}: use one of "
+                + ", ".join(repr(p) for p in UNKNOWN_POLICIES)
+            )
+        if self.unknown in ("allow-first", "block") and not self.learn_queue:
+            raise ConfigError(
+                f"learn.unknown={self.unknown!r} queues unknown URLs for learning: set "
+                "learn.queue (e.g. 'sqlite:/var/lib/urlsieve/learn/queue.db'), or set "
+                "learn.unknown='allow'"
+            )
         parse_bind(self.bind)
         if self.seen_store is not None:
             from urlsieve.seen import parse_spec
 
             parse_spec(self.seen_store)
         return self
+
+    @property
+    def unknown_policy(self) -> str:
+        """What happens to an unknown URL (see :data:`UNKNOWN_POLICIES`)."""
+        if self.unknown is not None:
+            return self.unknown
+        return "allow-first" if self.learn_queue else "allow"
 
     @property
     def status(self) -> int:
@@ -203,7 +239,14 @@ _OPTIONS: dict[str, tuple[str, str, str, str]] = {
     "trusted_proxies": ("service", "trusted_proxies", "URLSIEVE_TRUSTED_PROXIES", "addresses"),
     "client_header": ("service", "client_header", "URLSIEVE_CLIENT_HEADER", "str"),
     "user_header": ("service", "user_header", "URLSIEVE_USER_HEADER", "str"),
+    "overlay": ("learn", "overlay", "URLSIEVE_OVERLAY", "path"),
+    "learn_queue": ("learn", "queue", "URLSIEVE_LEARN_QUEUE", "str"),
+    "unknown": ("learn", "unknown", "URLSIEVE_UNKNOWN", "str"),
 }
+
+#: Sections whose other keys belong to another reader (the learner reads all of [learn]
+#: and checks its own keys: ``urlsieve learn`` and ``urlsieve config check``).
+_SHARED_SECTIONS = ("learn",)
 
 #: Environment variable → option, for the documentation and ``config check``.
 ENV_VARS = {env: name for name, (_, _, env, _) in _OPTIONS.items()} | {
@@ -296,6 +339,8 @@ def _read_file(path: str) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise ConfigError(f"config file {path}: [{section}] must be a table")
         known = {key for s, key, _, _ in _OPTIONS.values() if s == section}
+        if section in _SHARED_SECTIONS:
+            continue
         for key in body:
             if key not in known:
                 raise ConfigError(
@@ -411,4 +456,14 @@ def describe(config: GatewayConfig) -> list[str]:
     else:
         out.append("service reload: disabled (no service.token or service.token_file)")
     out.append(f"seen store: {config.seen_store or '(none: POST /v1/seen answers 404)'}")
+    unknown = config.unknown_policy
+    if config.learn_queue:
+        out.append(
+            f"unknown URLs: {unknown}, queued for learning in {config.learn_queue}"
+            f"{origin('unknown')}"
+        )
+    else:
+        out.append(f"unknown URLs: allowed (no learn.queue: learning is off){origin('unknown')}")
+    if config.overlay:
+        out.append(f"learned rules: overlay snapshot {config.overlay}{origin('overlay')}")
     return out

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Generic, TypeVar
@@ -30,10 +30,12 @@ __all__ = ["LiveRules", "NoRules"]
 
 T_co = TypeVar("T_co", covariant=True)
 
-Signature = tuple[int, int, int, int]
+FileSignature = tuple[int, int, int, int]
+#: One entry per watched file (None: the file does not exist).
+Signature = tuple[FileSignature | None, ...]
 
 
-def _signature(path: str) -> Signature | None:
+def _file_signature(path: str) -> FileSignature | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -41,9 +43,20 @@ def _signature(path: str) -> Signature | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _same_file(a: Signature | None, b: Signature | None) -> bool:
-    """Whether two signatures name one file (device and inode), whatever its content."""
-    return a is not None and b is not None and a[:2] == b[:2]
+def _signature(paths: Sequence[str]) -> Signature | None:
+    """The watched files' signatures; None when the first (the rules) does not exist."""
+    signature = tuple(_file_signature(path) for path in paths)
+    return None if not signature or signature[0] is None else signature
+
+
+def _changed_in_place(a: Signature | None, b: Signature | None) -> str | None:
+    """Which watched file is one file (device and inode) in both, with another content."""
+    if a is None or b is None:
+        return None
+    for at, (x, y) in enumerate(zip(a, b, strict=True)):
+        if x is not None and y is not None and x[:2] == y[:2] and x != y:
+            return str(at)
+    return None
 
 
 @dataclass(frozen=True)
@@ -61,20 +74,24 @@ class LiveRules(Generic[T_co]):
     ``load`` builds the rules (it may raise anything: the error is logged, the old
     rules stay, and the load is retried on the next change or signal). ``watch`` is a
     file whose change triggers a reload (checked at most every ``check_seconds``; 0
-    checks at every poll).
+    checks at every poll), or several: the rules first, then files that may come and go
+    (a learned overlay). A loader with an ``invalidate()`` method is told when a reload
+    is asked for explicitly (SIGHUP, :meth:`reload`), so it drops what it caches.
     """
 
     def __init__(
         self,
         load: Callable[[], T_co],
         *,
-        watch: str | None = None,
+        watch: str | Sequence[str] | None = None,
         check_seconds: float = 1.0,
         log: Callable[[str], None] = lambda _msg: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._load = load
-        self._watch = watch
+        self._watch: tuple[str, ...] = (
+            () if watch is None else (watch,) if isinstance(watch, str) else tuple(watch)
+        )
         self._check_seconds = check_seconds
         self._log = log
         self._clock = clock
@@ -146,7 +163,7 @@ class LiveRules(Generic[T_co]):
         if now < self._next_check:
             return False
         self._next_check = now + self._check_seconds
-        if self._watch is None:
+        if not self._watch:
             return False
         signature = _signature(self._watch)
         if signature is None or signature == self._failed_signature:
@@ -154,8 +171,10 @@ class LiveRules(Generic[T_co]):
         current = self._current
         if current is not None and signature == current.signature:
             return False
-        if current is not None and _same_file(signature, current.signature):
-            self._drop(f"{self._watch} was changed in place (replace snapshots by rename)")
+        in_place = None if current is None else _changed_in_place(signature, current.signature)
+        if in_place is not None:
+            path = self._watch[int(in_place)]
+            self._drop(f"{path} was changed in place (replace snapshots by rename)")
         return self._reload("file change" if current is not None else "retry")
 
     def reload(self) -> bool:
@@ -169,7 +188,10 @@ class LiveRules(Generic[T_co]):
         self._log(f"rules dropped: {why}; the failure mode answers until a reload succeeds")
 
     def _reload(self, why: str) -> bool:
-        signature = _signature(self._watch) if self._watch is not None else None
+        signature = _signature(self._watch)
+        invalidate = getattr(self._load, "invalidate", None)
+        if why in ("SIGHUP", "request") and callable(invalidate):
+            invalidate()
         started = time.perf_counter()
         try:
             rules = self._load()

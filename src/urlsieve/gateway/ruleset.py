@@ -11,16 +11,19 @@ from urlsieve import __version__
 from urlsieve.exceptions import ConfigError
 from urlsieve.filter import Filter
 from urlsieve.gateway.config import GatewayConfig
+from urlsieve.layered import LayeredFilter
 from urlsieve.match.snapshot import SnapshotInfo, read_snapshot_info
 from urlsieve.rules.model import ALLOW, BLOCK
 
 __all__ = [
+    "LayeredLoader",
     "category_rules",
     "check_selection",
     "compile_lists",
     "filter_loader",
     "load_selected",
     "rules_info",
+    "rules_watch",
 ]
 
 
@@ -99,11 +102,59 @@ def compile_lists(
     return source.save(output), source
 
 
+class LayeredLoader:
+    """Loads the base rules and the learned overlay beside them (:class:`LayeredFilter`).
+
+    The base is loaded again only when its snapshot file changed or a reload was asked
+    for (:meth:`invalidate`): an overlay change — every few seconds while the gateway
+    learns — reopens only the small overlay, whatever the size of the base lists. A
+    missing overlay file means nothing is learned yet.
+    """
+
+    def __init__(self, load_base: Callable[[], Filter], base: str | None, overlay: str) -> None:
+        self._load_base = load_base
+        self._base_path = base
+        self._overlay = overlay
+        self._base: Filter | None = None
+        self._base_signature: tuple[int, int] | None = None
+
+    def invalidate(self) -> None:
+        self._base = None
+
+    def __call__(self) -> LayeredFilter:
+        signature = None
+        if self._base_path is not None:
+            try:
+                st = os.stat(self._base_path)
+                signature = (st.st_ino, st.st_mtime_ns)
+            except OSError:
+                signature = None
+        if self._base is None or signature != self._base_signature:
+            self._base = self._load_base()
+            self._base_signature = signature
+        overlay = Filter.load(self._overlay) if os.path.exists(self._overlay) else None
+        return LayeredFilter(self._base, overlay)
+
+
+def rules_watch(config: GatewayConfig) -> list[str]:
+    """The files whose change reloads the rules: the base first, then the overlay."""
+    base = config.squidguard_conf or config.snapshot
+    return [p for p in (base, config.overlay) if p]
+
+
 def filter_loader(config: GatewayConfig) -> Callable[[], Filter]:
-    """A function loading the configured rules: the snapshot when set, else the lists.
+    """A function loading the configured rules: the snapshot when set, else the lists;
+    with ``learn.overlay``, the learned overlay beside them (:class:`LayeredLoader`).
 
     A snapshot compiled for other categories than configured is refused with the fix.
     """
+    base = _base_loader(config)
+    if config.overlay:
+        return LayeredLoader(base, config.snapshot, config.overlay)
+    return base
+
+
+def _base_loader(config: GatewayConfig) -> Callable[[], Filter]:
     if config.snapshot:
         snapshot = config.snapshot
 

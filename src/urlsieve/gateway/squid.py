@@ -52,6 +52,7 @@ from urlsieve.gateway.protocol import (
     template_is_plain,
     template_pieces,
 )
+from urlsieve.gateway.unknown import UNKNOWN_CATEGORY, UnknownFeed
 
 __all__ = ["HelperSettings", "HelperStats", "SquidHelper", "serve"]
 
@@ -119,6 +120,7 @@ class HelperStats:
     allowed: int = 0
     failures: int = 0
     bad_lines: int = 0
+    unknown: int = 0  # requests no rule decided (base or learned), with learning on
 
 
 class SquidHelper:
@@ -130,9 +132,16 @@ class SquidHelper:
         settings: HelperSettings,
         *,
         log: Callable[[str], None] = lambda _msg: None,
+        unknown: UnknownFeed | None = None,
+        block_unknown: bool = False,
     ) -> None:
+        """``unknown``: where URLs no rule decides go for learning (the helper stays free of
+        :mod:`urlsieve.learn`); ``block_unknown``: block them until they are classified
+        (``learn.unknown = "block"``) instead of allowing them the first time."""
         self.rules = rules
         self.settings = settings
+        self.unknown = unknown
+        self.block_unknown = block_unknown
         self.log = _never_raising(log)
         self.stats = HelperStats()
         self._escaped = (
@@ -184,6 +193,9 @@ class SquidHelper:
             if type(rule_id) is not int:  # not a URL: the failure mode, with why
                 replies.append(self.handle(line))
                 continue
+            if rule_id == -1 and self.unknown is not None:
+                replies.append(self._unknown_reply(line))
+                continue
             known = pieces.get(rule_id) if rule_id >= 0 else _ALLOWED
             if known is None:
                 if len(pieces) >= _MAX_PIECES:
@@ -231,6 +243,28 @@ class SquidHelper:
             if len(pieces) > 1
             else (head + pieces[0] + '"\n',)
         )
+
+    def _unknown_reply(self, line: bytes) -> str:
+        """The reply to a plain line whose URL no rule decides: queued, then allowed or
+        blocked (the line is read again for its client, which ranks the URL's priority)."""
+        try:
+            request = parse_request(line, channels=self.settings.channels, escaped=self._escaped)
+        except ProtocolError:
+            return self.handle(line)
+        self.stats.requests += 1
+        return self._unknown(request)
+
+    def _unknown(self, request: HelperRequest) -> str:
+        feed = self.unknown
+        assert feed is not None
+        self.stats.unknown += 1
+        feed.add(request.target, request.client)
+        if self.block_unknown:
+            self.stats.blocked += 1
+            why = "not classified yet: queued for learning"
+            return self._block(request, UNKNOWN_CATEGORY, "-", why)
+        self.stats.allowed += 1
+        return format_reply(request.channel, "ERR")
 
     def _scan_lines(self, lines: list[bytes]) -> tuple[list[str | None], list[int]]:
         """Per line its URL when the line has the plain form (None: parse it on its own),
@@ -314,6 +348,8 @@ class SquidHelper:
             self.stats.blocked += 1
             where = verdict.rule.where if verdict.rule is not None else "-"
             return self._block(request, verdict.category, where, f"blocked by {where}")
+        if verdict.rule is None and self.unknown is not None:
+            return self._unknown(request)
         self.stats.allowed += 1
         return format_reply(request.channel, "ERR")
 

@@ -1,0 +1,140 @@
+"""Learned verdicts → ordinary list trees → the overlay snapshot, swapped atomically.
+
+The trees are squidGuard-style category directories any urlsieve reader (and an
+administrator) can read, each rule preceded by its provenance comment::
+
+    learned/block/gambling/urls      # learned block category=gambling score=85 phrases=…
+                                     casino.test/en/casino.html
+    learned/block/gambling/domains   promoted hosts (enough pages of one host alike)
+    learned/allow/clean/urls         pages classified clean (the learned allow list)
+    learned/allow/override/…         an operator's ``learn allow``
+
+The overlay snapshot is compiled from them and replaces the old one by rename, so a
+gateway (which watches the file) swaps it in between two requests. It holds only what
+was learned, so compiling it takes milliseconds whatever the size of the base lists.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from urlsieve.filter import Filter
+from urlsieve.learn.verdicts import Learned, VerdictStore
+from urlsieve.match.snapshot import SnapshotInfo
+
+__all__ = ["CLEAN_CATEGORY", "OverlayBuild", "build_overlay", "promoted_hosts", "render_tree"]
+
+#: The category of the learned allow list (pages classified clean).
+CLEAN_CATEGORY = "clean"
+
+
+@dataclass(frozen=True)
+class OverlayBuild:
+    """What one rebuild did."""
+
+    rules: int
+    promoted: int
+    seconds: float
+    info: SnapshotInfo
+
+
+def promoted_hosts(verdicts: Iterable[Learned], after: int) -> dict[str, Learned]:
+    """Hosts to block as a whole: at least ``after`` learned pages of the host blocked
+    under one category, and none of its pages classified clean or allowed by an operator.
+    ``after`` 0 turns promotion off."""
+    if after <= 0:
+        return {}
+    blocked: dict[str, Counter[str]] = defaultdict(Counter)
+    scores: dict[tuple[str, str], list[Learned]] = defaultdict(list)
+    allowed: set[str] = set()
+    for v in verdicts:
+        if v.is_host:
+            continue
+        if v.action == "allow":
+            allowed.add(v.host)
+        elif v.source != "override":
+            blocked[v.host][v.category] += 1
+            scores[(v.host, v.category)].append(v)
+    promoted = {}
+    for host, categories in blocked.items():
+        if host in allowed:
+            continue
+        category, pages = categories.most_common(1)[0]
+        if pages >= after and len(categories) == 1:
+            examples = scores[(host, category)]
+            promoted[host] = Learned(
+                key=host,
+                host=host,
+                action="block",
+                category=category,
+                source="learned",
+                score=max(e.score for e in examples),
+                evidence=examples[0].evidence,
+                url=examples[0].url,
+                note=f"promoted: {pages} pages of {host} classified {category}",
+            )
+    return promoted
+
+
+def _write(path: Path, lines: list[str]) -> None:
+    """Write a list file atomically (readers never see half of it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write("".join(lines))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def render_tree(store: VerdictStore, tree: Path, *, promote_after: int = 3) -> tuple[int, int]:
+    """Write the verdicts as list trees under ``tree/block`` and ``tree/allow``; files of
+    categories that no longer have rules are emptied. Returns (rules, promoted hosts)."""
+    verdicts = list(store.all())
+    explicit_hosts = {v.key for v in verdicts if v.is_host}
+    promoted = {
+        h: v for h, v in promoted_hosts(verdicts, promote_after).items() if h not in explicit_hosts
+    }
+    files: dict[Path, list[str]] = defaultdict(list)
+    for v in [*verdicts, *promoted.values()]:
+        side = "block" if v.action == "block" else "allow"
+        category = (
+            v.category
+            if side == "block"
+            else ("override" if v.source == "override" else CLEAN_CATEGORY)
+        )
+        kind = "domains" if v.is_host else "urls"
+        files[tree / side / category / kind] += [f"# {v.provenance()}\n", f"{v.key}\n"]
+    for old in tree.glob("*/*/*"):
+        if old.is_file() and old not in files and old.name in ("urls", "domains"):
+            _write(old, [])
+    for path, lines in files.items():
+        _write(path, lines)
+    for side in ("block", "allow"):
+        (tree / side).mkdir(parents=True, exist_ok=True)
+    return sum(len(lines) // 2 for lines in files.values()), len(promoted)
+
+
+def build_overlay(
+    store: VerdictStore, tree: Path, output: Path, *, promote_after: int = 3
+) -> OverlayBuild:
+    """Render the trees and compile them into the overlay snapshot at ``output``
+    (written to a temporary file and renamed over the old one)."""
+    started = time.perf_counter()
+    rules, promoted = render_tree(store, tree, promote_after=promote_after)
+    source = Filter.from_lists(
+        [tree / "block"],
+        [tree / "allow"],
+        meta={"learned": True, "tree": str(tree)},
+    )
+    info = source.save(output)
+    source.close()
+    return OverlayBuild(rules, promoted, time.perf_counter() - started, info)
