@@ -1,0 +1,214 @@
+"""Classifier throughput: decode, extract, normalise, match and score, in MB of HTML/s.
+
+Lists: every weighted, banned and exception list of E2Guardian's ``ukenglish`` phrase
+lists (``../shared/data/e2guardian-phraselists``, ~6k entries) plus a Chinese lexicon
+built from its ``chinesegb2312``/``chinesebig5`` lists (decoded from their charsets into
+a UTF-8 one-word-per-line file) and a few hundred common gambling words. Pages: generated
+HTML of ~300 KB mixing English and Chinese paragraphs, markup, scripts and styles, a few
+list phrases sprinkled in; UTF-8, GBK and Big5 bodies. One process, one core.
+
+Run: ``.venv/bin/python -m benchmarks.classify [--runs 7] [--pages 12]``. Prints the
+median MB/s and where the time goes per step; writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from urlsieve.learn.classify import Classifier
+from urlsieve.learn.phrases import PhraseSet
+from urlsieve.learn.text import decode, html_text, normalise
+
+__all__ = ["main"]
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "e2guardian-phraselists"
+_PHRASE = re.compile(r"<([^<>]+)>")
+
+_EN = [
+    "the",
+    "council",
+    "met",
+    "on",
+    "tuesday",
+    "to",
+    "discuss",
+    "the",
+    "new",
+    "library",
+    "budget",
+    "and",
+    "parking",
+    "rules",
+    "students",
+    "will",
+    "study",
+    "history",
+    "science",
+    "and",
+    "mathematics",
+    "this",
+    "term",
+    "while",
+    "the",
+    "weather",
+    "stays",
+    "mild",
+    "across",
+    "the",
+    "region",
+    "and",
+    "farmers",
+    "prepare",
+    "the",
+    "fields",
+    "for",
+    "spring",
+    "planting",
+]
+_ZH = "今天天气很好我们去公园散步学校老师布置了作业市民反映交通拥堵政府将改善公共服务"
+_ZH_HOT = ["网上赌场", "百家乐", "六合彩", "博彩", "赌博"]
+
+
+def _lists(tmp: Path) -> dict[str, list[Path] | list[tuple[Path, str, int]]]:
+    english = DATA / "ukenglish"
+    weighted = sorted(p for p in english.rglob("weighted*") if p.is_file())
+    banned = sorted(p for p in english.rglob("banned*") if p.is_file())
+    exception = sorted(p for p in english.rglob("exception*") if p.is_file())
+    words: set[str] = set(_ZH_HOT)
+    for folder, charset in (("chinesegb2312", "gb18030"), ("chinesebig5", "big5hkscs")):
+        for path in (DATA / folder).rglob("*"):
+            if path.is_file():
+                text = path.read_bytes().decode(charset, "replace")
+                words.update(m.strip() for m in _PHRASE.findall(text) if len(m.strip()) > 1)
+    lexicon = tmp / "lexicon_zh.txt"
+    lexicon.write_text("\n".join(sorted(w for w in words if not w.lstrip("-").isdigit())))
+    return {
+        "weighted": weighted,
+        "banned": banned,
+        "exception": exception,
+        "lexicons": [(lexicon, "gambling", 20)],
+    }
+
+
+def _page(rng: random.Random, size: int) -> str:
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Page</title>"
+        "<style>body{margin:0} .nav a{color:#06c}</style>"
+        "<script>window.dataLayer=[];function gtag(){dataLayer.push(arguments)}</script>"
+        "</head><body><div class='nav'><a href='/'>Home</a> <a href='/news'>News</a></div>"
+    ]
+    length = sum(len(p) for p in parts)
+    while length < size:
+        if rng.random() < 0.5:
+            words = [rng.choice(_EN) for _ in range(rng.randint(30, 90))]
+            if rng.random() < 0.1:
+                words.insert(rng.randrange(len(words)), "online casino")
+            block = "<p class='text'>" + " ".join(words).capitalize() + ".</p>\n"
+        else:
+            chars = "".join(rng.choice(_ZH) for _ in range(rng.randint(40, 120)))
+            if rng.random() < 0.1:
+                chars += rng.choice(_ZH_HOT)
+            block = (
+                f"<div><span>{chars}</span>。<a href='/a/{rng.randint(1, 9999)}'>更多</a></div>\n"
+            )
+        parts.append(block)
+        length += len(block)
+    parts.append("</body></html>")
+    return "".join(parts)
+
+
+def _bodies(count: int, size: int) -> list[tuple[bytes, str]]:
+    rng = random.Random(11)
+    bodies = []
+    for number in range(count):
+        html = _page(rng, size)
+        charset = ("utf-8", "utf-8", "gbk", "big5")[number % 4]
+        body = html.replace("charset='utf-8'", f"charset='{charset}'").encode(charset, "replace")
+        bodies.append((body, "text/html"))
+    return bodies
+
+
+def _run(classifier: Classifier, bodies: list[tuple[bytes, str]]) -> float:
+    started = time.perf_counter()
+    for body, content_type in bodies:
+        classifier.classify_body(body, content_type)
+    return time.perf_counter() - started
+
+
+def _steps(classifier: Classifier, bodies: list[tuple[bytes, str]]) -> dict[str, float]:
+    spent = dict.fromkeys(("decode", "html_text", "normalise", "match+score"), 0.0)
+    for body, content_type in bodies:
+        t0 = time.perf_counter()
+        text, charset = decode(body, content_type)
+        t1 = time.perf_counter()
+        text = html_text(text)
+        t2 = time.perf_counter()
+        normalised = normalise(text)
+        t3 = time.perf_counter()
+        classifier._score(classifier._match(normalised), charset, len(normalised), False)
+        t4 = time.perf_counter()
+        for step, seconds in zip(spent, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            spent[step] += seconds
+    return spent
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--pages", type=int, default=12)
+    parser.add_argument("--size", type=int, default=300_000, help="characters per page")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args(argv)
+    if not DATA.is_dir():
+        print(f"{DATA} is missing: this benchmark needs ../shared/data", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        phrases = PhraseSet.load(**_lists(Path(tmp)))  # type: ignore[arg-type]
+        loaded = time.perf_counter() - started
+        classifier = Classifier(phrases)
+    bodies = _bodies(args.pages, args.size)
+    megabytes = sum(len(body) for body, _ in bodies) / 1e6
+    blocked = sum(classifier.classify_body(b, c).blocked for b, c in bodies)
+    print(
+        f"lists: {len(phrases.phrases)} phrases, {len(phrases.errors)} list errors, "
+        f"loaded + compiled in {loaded:.2f} s"
+    )
+    print(
+        f"pages: {len(bodies)} x ~{args.size // 1000} KB = {megabytes:.1f} MB "
+        f"(utf-8, gbk, big5); {blocked} blocked"
+    )
+    rates = [megabytes / _run(classifier, bodies) for _ in range(args.runs)]
+    print(
+        f"end to end: median {statistics.median(rates):.1f} MB/s per core "
+        f"(min {min(rates):.1f}, max {max(rates):.1f}, {args.runs} runs)"
+    )
+    spent = _steps(classifier, bodies)
+    total = sum(spent.values())
+    print(
+        "where the time goes: "
+        + ", ".join(
+            f"{step} {100 * seconds / total:.0f}% ({megabytes / seconds:.0f} MB/s)"
+            for step, seconds in spent.items()
+        )
+    )
+    if args.profile:
+        profile = cProfile.Profile()
+        profile.enable()
+        _run(classifier, bodies)
+        profile.disable()
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(15)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

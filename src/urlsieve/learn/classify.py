@@ -1,0 +1,293 @@
+"""The page classifier: phrase lists in one Aho-Corasick automaton, scored as E2Guardian.
+
+Every term of every list (weighted, banned, exception, lexicon; combination parts too) is
+one pattern of a single ``ahocorasick_rs`` automaton over normalised text, scanned once
+per page with overlapping matches (``online casino`` and ``casino`` both count). A term
+with word boundaries (``< casino >``) only counts where the characters around the match
+are not word characters (letters, digits, ``_``); the check looks at two characters per
+match, there is no second pass.
+
+Scoring follows E2Guardian 5.3 (``NaughtyFilter::checkphrase``), checked against the real
+binary by ``tests/learn/test_e2guardian_oracle.py``:
+
+* a weighted phrase counts **once per page** (E2Guardian's shipped
+  ``weightedphrasemode = 2``); ``per_occurrence=True`` counts every occurrence (mode 1);
+  a combination counts when all its terms are present (once, or the fewest occurrences
+  of its terms);
+* the score is the sum over **all** categories, negative weights included, and the page
+  is blocked when it is **greater than** the limit (a score equal to the limit passes).
+  On top of E2Guardian, ``limits`` gives a category its own limit, compared with that
+  category's score (its own negative weights included);
+* a banned phrase blocks whatever the score; an exception phrase allows whatever else is
+  on the page — **the exception wins** over banned phrases, as in E2Guardian;
+* the same phrase listed twice counts once: the first weighted entry loaded wins (the
+  weighted lists are read before the lexicons, so an explicit weight beats a default).
+
+Hostile input never raises: bytes are decoded with replacement characters, only the
+first ``max_bytes`` of a body and the first ``max_chars`` characters of its text are
+scanned (the rest is ignored and ``truncated`` says so: pages put what they are about
+first, and a classifier that reads 100 MB pages is a denial of service).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+import ahocorasick_rs
+
+from urlsieve.learn.page import Page
+from urlsieve.learn.phrases import Phrase, PhraseSet
+from urlsieve.learn.text import decode, html_text, is_html, normalise
+
+__all__ = ["MAX_BYTES", "MAX_CHARS", "Classification", "Classifier", "Hit"]
+
+#: Bytes of a body the classifier decodes; the rest is ignored.
+MAX_BYTES = 1024 * 1024
+#: Characters of normalised text the classifier scans; the rest is ignored.
+MAX_CHARS = 1024 * 1024
+#: Offsets kept per hit.
+MAX_OFFSETS = 5
+
+Verdict = Literal["block", "allow"]
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One list entry found on the page. ``count`` is how often (for a combination, its
+    rarest term); ``offsets`` the first character offsets of its first term in the
+    normalised text; ``contribution`` what it added to the score."""
+
+    phrase: str
+    kind: str
+    category: str | None
+    weight: int
+    count: int
+    contribution: int
+    offsets: tuple[int, ...]
+    source: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    """The verdict on one page, with the evidence that decided it."""
+
+    verdict: Verdict
+    category: str | None
+    score: int
+    scores: Mapping[str, int]
+    reason: str
+    evidence: tuple[Hit, ...]
+    charset: str
+    chars: int
+    truncated: bool = False
+
+    @property
+    def blocked(self) -> bool:
+        return self.verdict == "block"
+
+
+@dataclass(slots=True)
+class _Counts:
+    count: int = 0
+    offsets: list[int] = field(default_factory=list)
+
+
+_KIND_ORDER = {"exception": 0, "banned": 1, "weighted": 2}
+
+
+def _is_word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+class Classifier:
+    """Classifies pages with one :class:`PhraseSet`; immutable after construction, so one
+    instance serves any number of threads."""
+
+    def __init__(
+        self,
+        phrases: PhraseSet,
+        *,
+        limit: int = 50,
+        limits: Mapping[str, int] | None = None,
+        per_occurrence: bool = False,
+        max_bytes: int = MAX_BYTES,
+        max_chars: int = MAX_CHARS,
+    ) -> None:
+        self.limit = limit
+        self.limits = MappingProxyType(dict(limits or {}))
+        self.per_occurrence = per_occurrence
+        self.max_bytes = max_bytes
+        self.max_chars = max_chars
+        self.phrases = self._dedupe(phrases.phrases)
+        terms: dict[tuple[str, bool, bool], int] = {}
+        self._phrase_terms: list[tuple[int, ...]] = []
+        for phrase in self.phrases:
+            ids = tuple(
+                terms.setdefault((t.text, t.left, t.right), len(terms)) for t in phrase.terms
+            )
+            self._phrase_terms.append(ids)
+        # A phrase is looked at only when its first term is on the page.
+        by_first: dict[int, list[int]] = {}
+        for number, ids in enumerate(self._phrase_terms):
+            by_first.setdefault(ids[0], []).append(number)
+        self._by_first = {term: tuple(numbers) for term, numbers in by_first.items()}
+        patterns: dict[str, int] = {}
+        checks: list[list[tuple[int, bool, bool]]] = []
+        for (text, left, right), term_id in terms.items():
+            index = patterns.setdefault(text, len(patterns))
+            if index == len(checks):
+                checks.append([])
+            checks[index].append((term_id, left, right))
+        self._terms = len(terms)
+        self._checks = tuple(tuple(c) for c in checks)
+        self._automaton = (
+            ahocorasick_rs.AhoCorasick(
+                list(patterns),
+                matchkind=ahocorasick_rs.MATCHKIND_STANDARD,
+                implementation=ahocorasick_rs.Implementation.DFA,
+            )
+            if patterns
+            else None
+        )
+
+    @staticmethod
+    def _dedupe(phrases: tuple[Phrase, ...]) -> tuple[Phrase, ...]:
+        seen: set[tuple[object, ...]] = set()
+        kept = []
+        for phrase in phrases:
+            key = (phrase.kind, phrase.terms)
+            if key not in seen:
+                seen.add(key)
+                kept.append(phrase)
+        return tuple(kept)
+
+    # -- entry points -------------------------------------------------------------------
+
+    def classify_page(self, page: Page) -> Classification:
+        """Classify a fetched page (its body with its Content-Type)."""
+        return self.classify_body(page.body, page.content_type, truncated=page.truncated)
+
+    def classify_body(
+        self, body: bytes, content_type: str | None = None, *, truncated: bool = False
+    ) -> Classification:
+        """Decode, extract (HTML or plain text), normalise, match and score ``body``."""
+        if len(body) > self.max_bytes:
+            body, truncated = body[: self.max_bytes], True
+        text, charset = decode(body, content_type)
+        if is_html(content_type, body):
+            text = html_text(text)
+        return self._classify(text, charset, truncated)
+
+    def classify_text(self, text: str) -> Classification:
+        """Classify already extracted text (it is normalised here)."""
+        return self._classify(text, "", False)
+
+    # -- the work ------------------------------------------------------------------------
+
+    def _classify(self, text: str, charset: str, truncated: bool) -> Classification:
+        # Cut before normalising too (normalisation is linear, but why pay for the tail).
+        if len(text) > self.max_chars:
+            text, truncated = text[: self.max_chars], True
+        text = normalise(text)
+        if len(text) > self.max_chars:
+            text, truncated = text[: self.max_chars], True
+        counts = self._match(text)
+        return self._score(counts, charset, len(text), truncated)
+
+    def _match(self, text: str) -> dict[int, _Counts]:
+        found: dict[int, _Counts] = {}
+        if self._automaton is None or not text:
+            return found
+        end_of_text = len(text)
+        checks = self._checks
+        for index, start, end in self._automaton.find_matches_as_indexes(text, overlapping=True):
+            for term_id, left, right in checks[index]:
+                if left and start > 0 and _is_word(text[start - 1]):
+                    continue
+                if right and end < end_of_text and _is_word(text[end]):
+                    continue
+                counts = found.get(term_id)
+                if counts is None:
+                    counts = found[term_id] = _Counts()
+                counts.count += 1
+                if len(counts.offsets) < MAX_OFFSETS:
+                    counts.offsets.append(start)
+        return found
+
+    def _score(
+        self, found: dict[int, _Counts], charset: str, chars: int, truncated: bool
+    ) -> Classification:
+        hits: list[Hit] = []
+        scores: dict[str, int] = {}
+        total = 0
+        banned: Hit | None = None
+        exception: Hit | None = None
+        candidates = sorted(n for t in found for n in self._by_first.get(t, ()))
+        for number in candidates:
+            phrase, ids = self.phrases[number], self._phrase_terms[number]
+            if not all(term_id in found for term_id in ids):
+                continue
+            count = min(found[term_id].count for term_id in ids)
+            contribution = 0
+            if phrase.kind == "weighted":
+                contribution = phrase.weight * (count if self.per_occurrence else 1)
+                total += contribution
+                if phrase.category is not None:
+                    scores[phrase.category] = scores.get(phrase.category, 0) + contribution
+            hit = Hit(
+                phrase=str(phrase),
+                kind=phrase.kind,
+                category=phrase.category,
+                weight=phrase.weight,
+                count=count,
+                contribution=contribution,
+                offsets=tuple(found[ids[0]].offsets),
+                source=phrase.source,
+                line=phrase.line,
+            )
+            hits.append(hit)
+            if phrase.kind == "banned" and banned is None:
+                banned = hit
+            elif phrase.kind == "exception" and exception is None:
+                exception = hit
+        hits.sort(key=lambda h: (_KIND_ORDER[h.kind], -h.contribution, h.phrase))
+        evidence = tuple(hits)
+        frozen = MappingProxyType(scores)
+        verdict: Verdict = "allow"
+        category: str | None = None
+        if exception is not None:
+            reason = f"exception phrase {exception.phrase} ({exception.source}:{exception.line})"
+        elif banned is not None:
+            verdict, category = "block", banned.category
+            reason = f"banned phrase {banned.phrase} ({banned.source}:{banned.line})"
+        else:
+            over = sorted(
+                (c for c, s in scores.items() if c in self.limits and s > self.limits[c]),
+                key=lambda c: (-scores[c], c),
+            )
+            top = sorted((c for c, s in scores.items() if s > 0), key=lambda c: (-scores[c], c))
+            if over:
+                verdict, category = "block", over[0]
+                reason = f"{category} score {scores[category]} > its limit {self.limits[category]}"
+            elif total > self.limit:
+                verdict, category = "block", (top[0] if top else None)
+                reason = f"score {total} > limit {self.limit}" + (
+                    f" ({', '.join(f'{c} {scores[c]}' for c in top)})" if top else ""
+                )
+            else:
+                reason = f"score {total} <= limit {self.limit}"
+        return Classification(
+            verdict=verdict,
+            category=category,
+            score=total,
+            scores=frozen,
+            reason=reason,
+            evidence=evidence,
+            charset=charset,
+            chars=chars,
+            truncated=truncated,
+        )
