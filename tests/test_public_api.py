@@ -81,6 +81,10 @@ def test_exception_hierarchy() -> None:
         exceptions.StoreUnavailable,
     ):
         assert issubclass(cls, exceptions.StoreError)
+    for cls in (exceptions.QueueCorrupt, exceptions.QueueUnavailable, exceptions.SpoolCorrupt):
+        assert issubclass(cls, exceptions.LearnError)
+    assert issubclass(exceptions.LearnError, exceptions.UrlsieveError)
+    assert str(exceptions.SpoolCorrupt("spool/a.warc.gz", "torn")) == "spool/a.warc.gz: torn"
     assert issubclass(exceptions.ResolveError, exceptions.UrlsieveError)
     assert not issubclass(exceptions.ResolveError, exceptions.StoreError)
     err = exceptions.RuleSyntaxError("empty host", "lists/ads/urls", 1042)

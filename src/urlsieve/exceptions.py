@@ -20,7 +20,8 @@ Hierarchy::
     │   └── StoreUnavailable           a server that does not answer or refuses
     │                                  (network, OOM, READONLY)
     └── LearnError                     the self-learning gateway (``urlsieve.learn``)
-        ├── QueueCorrupt               a queue database that cannot be read (path, what to do)
+        ├── QueueCorrupt               a queue or verdict database that cannot be read (path,
+        │                              what to do)
         ├── QueueUnavailable           a queue server that does not answer (the learner retries)
         └── SpoolCorrupt               a WARC segment that cannot be read (path, what to do)
 

@@ -235,3 +235,33 @@ def test_config_learn_section(tmp_path: Path) -> None:
         GatewayConfig(lists=("x",), unknown="block").validate()
     with pytest.raises(ConfigError, match="allow-first"):
         GatewayConfig(lists=("x",), unknown="sometimes", learn_queue="memory:").validate()
+
+
+@pytest.mark.parametrize("unknown", ["allow-first", "block"])
+def test_the_service_queues_unknown_urls_for_the_peer(tmp_path: Path, unknown: str) -> None:
+    from starlette.testclient import TestClient
+
+    from urlsieve.gateway.service import create_app
+
+    snapshot = tmp_path / "base.snap"
+    base().save(snapshot)
+    config = load_config(
+        None,
+        env={},
+        overrides={"snapshot": str(snapshot), "learn_queue": "memory:", "unknown": unknown},
+    )
+    sink = Sink()
+    feed = UnknownFeed(sink, flush_seconds=0)
+    with TestClient(create_app(config, unknown=feed)) as client:
+        known = client.get("/v1/check", params={"url": "http://evil.com/"}).json()
+        assert known["action"] == "block" and "unknown" not in known
+        one = client.get("/v1/check", params={"url": "HTTP://New.Test:80/a"}).json()
+        batch = client.post(
+            "/v1/check", json={"urls": ["http://good.org/", "http://other.test/b"]}
+        ).json()["results"]
+    assert one["unknown"] is True and batch[1]["unknown"] is True and "unknown" not in batch[0]
+    expected = ("block", "unclassified") if unknown == "block" else ("none", None)
+    assert (one["action"], one["category"]) == expected
+    assert feed.flush()
+    feed.close()
+    assert sorted(sink.urls) == ["http://new.test/a", "http://other.test/b"]

@@ -13,7 +13,17 @@ import sys
 from collections.abc import Sequence
 
 from urlsieve import __version__
-from urlsieve.cli import canon, check, dedup, demo, explain, import_cmd, serve, squid_helper
+from urlsieve.cli import (
+    canon,
+    check,
+    dedup,
+    demo,
+    explain,
+    import_cmd,
+    learn,
+    serve,
+    squid_helper,
+)
 from urlsieve.cli import compile as compile_cmd
 from urlsieve.cli import config as config_cmd
 from urlsieve.cli import filter as filter_command
@@ -33,6 +43,7 @@ SUBCOMMANDS = (
     serve,
     config_cmd,
     import_cmd,
+    learn,
 )
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["add_rule_options", "rule_overrides"]
+from urlsieve.gateway.config import GatewayConfig
+from urlsieve.gateway.unknown import UnknownFeed
+
+__all__ = ["add_rule_options", "rule_overrides", "unknown_feed"]
 
 
 def add_rule_options(p: argparse.ArgumentParser) -> None:
@@ -25,3 +29,14 @@ def rule_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "allow": args.allow,
         "categories": args.categories,
     }
+
+
+def unknown_feed(config: GatewayConfig, log: Callable[[str], None]) -> UnknownFeed | None:
+    """The feed of unknown URLs into the learner's queue (``learn.queue``), or None when
+    learning is off or ``learn.unknown = "allow"``. The queue is opened now: a bad spec
+    or an unreadable queue fails at start-up, not at the first unknown URL."""
+    if not config.learn_queue or config.unknown_policy == "allow":
+        return None
+    from urlsieve.learn.sink import queue_sink
+
+    return UnknownFeed(queue_sink(config.learn_queue), log=log)

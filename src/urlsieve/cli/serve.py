@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from urlsieve.cli._gateway import add_rule_options, rule_overrides
+from urlsieve.cli._gateway import add_rule_options, rule_overrides, unknown_feed
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import load_config, parse_bind
 
@@ -58,8 +58,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"urlsieve serve: {message}", file=sys.stderr, flush=True)
 
     limits = ServiceLimits()
-    app = create_app(config, log=log, limits=limits, reload_on_sighup=True)
-    if not serve(app, host, port, limits=limits, log_level=args.log_level, log=log):
-        log("the service did not start (the error is above)")
-        return STARTUP_FAILED
+    feed = unknown_feed(config, log)
+    app = create_app(config, log=log, limits=limits, reload_on_sighup=True, unknown=feed)
+    try:
+        if not serve(app, host, port, limits=limits, log_level=args.log_level, log=log):
+            log("the service did not start (the error is above)")
+            return STARTUP_FAILED
+    finally:
+        if feed is not None:
+            feed.close()
     return 0

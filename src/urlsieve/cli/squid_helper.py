@@ -6,13 +6,13 @@ import argparse
 import os
 from typing import Any
 
-from urlsieve.cli._gateway import add_rule_options, rule_overrides
+from urlsieve.cli._gateway import add_rule_options, rule_overrides, unknown_feed
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import FailureMode, load_config
 from urlsieve.gateway.live import LiveRules
 from urlsieve.gateway.policy_helper import POLICY_FALLBACK_PAGE, PolicyHelper
 from urlsieve.gateway.protocol import HelperMode
-from urlsieve.gateway.ruleset import filter_loader, policy_loader
+from urlsieve.gateway.ruleset import filter_loader, policy_loader, rules_watch
 from urlsieve.gateway.squid import HelperSettings, SquidHelper, serve, stderr_logger
 
 _CHANNELS = {"auto": None, "yes": True, "no": False}
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     policy = policy_loader(config, log)
     rules = LiveRules(
         policy or filter_loader(config),
-        watch=config.squidguard_conf or config.snapshot,
+        watch=rules_watch(config),
         check_seconds=config.reload_check_seconds,
         log=log,
     )
@@ -89,11 +89,28 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    helper = (PolicyHelper if policy else SquidHelper)(rules, settings, log=log)
-    status = serve(helper)
+    if policy:
+        helper: SquidHelper = PolicyHelper(rules, settings, log=log)
+    else:
+        feed = unknown_feed(config, log)
+        block = config.unknown_policy == "block"
+        helper = SquidHelper(rules, settings, log=log, unknown=feed, block_unknown=block)
+    try:
+        status = serve(helper)
+    finally:
+        if helper.unknown is not None:
+            helper.unknown.close()
     stats = helper.stats
+    learning = ""
+    if helper.unknown is not None:
+        fed = helper.unknown.stats
+        learning = (
+            f", {stats.unknown} unknown ({fed.delivered} queued, {fed.dropped} dropped, "
+            f"{fed.sink_errors} queue errors)"
+        )
     log(
         f"end of input: {stats.requests} requests, {stats.blocked} blocked, "
         f"{stats.allowed} allowed, {stats.failures} failures, {stats.bad_lines} bad lines"
+        + learning
     )
     return status

@@ -240,7 +240,7 @@ _OPTIONS: dict[str, tuple[str, str, str, str]] = {
     "client_header": ("service", "client_header", "URLSIEVE_CLIENT_HEADER", "str"),
     "user_header": ("service", "user_header", "URLSIEVE_USER_HEADER", "str"),
     "overlay": ("learn", "overlay", "URLSIEVE_OVERLAY", "path"),
-    "learn_queue": ("learn", "queue", "URLSIEVE_LEARN_QUEUE", "str"),
+    "learn_queue": ("learn", "queue", "URLSIEVE_LEARN_QUEUE", "spec"),
     "unknown": ("learn", "unknown", "URLSIEVE_UNKNOWN", "str"),
 }
 
@@ -291,6 +291,12 @@ def _convert(name: str, kind: str, value: Any, where: str, base: Path | None) ->
         return tuple(value)
     if kind == "path":
         return path(value)
+    if kind == "spec":  # a store or queue spec: a relative file in it is the file's
+        if not isinstance(value, str) or not value:
+            raise bad("a spec string (e.g. 'sqlite:PATH')")
+        from urlsieve.seen.base import resolve_spec
+
+        return resolve_spec(value, base)
     if kind == "str":
         if not isinstance(value, str):
             raise bad("a string")

@@ -17,6 +17,7 @@ from urlsieve.rules.model import ALLOW, BLOCK
 
 __all__ = [
     "LayeredLoader",
+    "base_loader",
     "category_rules",
     "check_selection",
     "compile_lists",
@@ -148,13 +149,14 @@ def filter_loader(config: GatewayConfig) -> Callable[[], Filter]:
 
     A snapshot compiled for other categories than configured is refused with the fix.
     """
-    base = _base_loader(config)
+    base = base_loader(config)
     if config.overlay:
         return LayeredLoader(base, config.snapshot, config.overlay)
     return base
 
 
-def _base_loader(config: GatewayConfig) -> Callable[[], Filter]:
+def base_loader(config: GatewayConfig) -> Callable[[], Filter]:
+    """A function loading the administrator's rules alone (no overlay)."""
     if config.snapshot:
         snapshot = config.snapshot
 

@@ -52,7 +52,8 @@ from urlsieve.fingerprint import canonical_bytes
 from urlsieve.gateway.config import GatewayConfig
 from urlsieve.gateway.live import LiveRules, NoRules
 from urlsieve.gateway.metrics import CONTENT_TYPE, Metrics
-from urlsieve.gateway.ruleset import filter_loader, policy_loader, rules_info
+from urlsieve.gateway.ruleset import filter_loader, policy_loader, rules_info, rules_watch
+from urlsieve.gateway.unknown import UNKNOWN_CATEGORY, UnknownFeed
 from urlsieve.match.base import Explanation, Verdict
 from urlsieve.policy.clients import AddressSet, parse_address
 from urlsieve.policy.engine import BLOCK, WARN, Decision, PolicyEngine, Who
@@ -110,6 +111,9 @@ class ServiceState:
     trusted: AddressSet = field(default_factory=AddressSet)
     client_header: str | None = None
     user_header: str | None = None
+    #: Where URLs no rule decides go for learning, and whether they are blocked meanwhile.
+    unknown: UnknownFeed | None = None
+    block_unknown: bool = False
 
 
 class Reloader:
@@ -524,6 +528,23 @@ def _check_batch(rules: Filter, urls: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def _learn(request: Request, state: ServiceState, results: list[dict[str, Any]]) -> None:
+    """Queue the URLs no rule decides (learning on); with ``learn.unknown = "block"`` they
+    are blocked until classified. Each such result says ``"unknown": true``."""
+    feed = state.unknown
+    if feed is None:
+        return
+    client = request.scope.get("client")
+    peer = client[0] if client else None
+    for result in results:
+        if result.get("action") == "none":
+            feed.add(result["canonical"], peer)
+            result["unknown"] = True
+            if state.block_unknown:
+                result["action"] = "block"
+                result["category"] = UNKNOWN_CATEGORY
+
+
 def _count(state: ServiceState, results: list[dict[str, Any]]) -> None:
     state.metrics.count_decisions(
         (r["action"], r["category"] or "-") for r in results if "action" in r
@@ -548,6 +569,7 @@ async def check_one(request: Request) -> Response:
         result = verdict_json(url, await _off_loop(len(url), rules.check, url))
     except InvalidURL as exc:
         raise ApiError(422, "invalid_url", f"{exc.reason}: {url[:200]!r}") from None
+    _learn(request, state, [result])
     _count(state, [result])
     return JSONResponse(result)
 
@@ -567,6 +589,7 @@ async def check_batch(request: Request) -> Response:
         return await _off_loop(cost, JSONResponse, {"results": results})
     rules = loaded
     results = await _off_loop(cost, _check_batch, rules, urls)
+    _learn(request, state, results)
     _count(state, results)
     return await _off_loop(cost, JSONResponse, {"results": results})
 
@@ -800,11 +823,14 @@ def create_app(
     log: Callable[[str], None] = lambda _msg: None,
     limits: ServiceLimits | None = None,
     reload_on_sighup: bool = False,
+    unknown: UnknownFeed | None = None,
 ) -> Starlette:
     """The service for ``config``; ``load`` replaces the configured rule loader (tests).
 
     ``reload_on_sighup``: reload the rules on SIGHUP while the app runs (``urlsieve
     serve`` sets it; the handler is installed by the lifespan, in the main thread only).
+    ``unknown``: where URLs no rule decides go for learning (``urlsieve serve`` wires the
+    learner's queue when ``learn.queue`` is set; the service never imports the learner).
     """
     loader: Callable[[], Any] = load or policy_loader(config) or filter_loader(config)
     token = config.read_token()
@@ -816,7 +842,7 @@ def create_app(
         rules = await run_in_threadpool(
             lambda: LiveRules(
                 loader,
-                watch=config.snapshot,
+                watch=rules_watch(config),
                 check_seconds=0,  # the reloader paces the checks
                 log=log,
             )
@@ -838,6 +864,8 @@ def create_app(
             trusted,
             config.client_header,
             config.user_header,
+            unknown,
+            config.unknown_policy == "block",
         )
         try:
             async with anyio.create_task_group() as tasks, _sighup(reloader, reload_on_sighup):

@@ -89,6 +89,7 @@ def _write(path: Path, lines: list[str]) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write("".join(lines))
+        os.chmod(tmp, 0o644)  # gateways often run as another user (Squid's)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -113,8 +114,12 @@ class VerdictStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
+        self._lock = threading.RLock()
         try:
-            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            # One connection shared by the learner's threads, serialised by a lock.
+            self._db = sqlite3.connect(
+                self.path, timeout=30, isolation_level=None, check_same_thread=False
+            )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA busy_timeout=30000")
             self._db.executescript(_SCHEMA)
@@ -137,7 +142,8 @@ class VerdictStore:
             ) from exc
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()
 
     def __enter__(self) -> VerdictStore:
         return self
@@ -146,14 +152,19 @@ class VerdictStore:
         self.close()
 
     def _write(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.executemany(sql, rows)
-            self._db.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise LearnError(f"{self.path}: cannot write the verdicts: {exc}") from exc
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.executemany(sql, rows)
+                self._db.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise LearnError(f"{self.path}: cannot write the verdicts: {exc}") from exc
+
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
 
     def put(self, verdicts: Sequence[Learned]) -> None:
         """Store verdicts; an override is never replaced by a learned or redirect verdict."""
@@ -190,13 +201,14 @@ class VerdictStore:
 
     def forget(self, keys: Sequence[str]) -> int:
         """Remove verdicts (overrides included); returns how many were there."""
-        before = self.count()
-        self._write("DELETE FROM verdict WHERE key = ?", [(k,) for k in keys])
-        return before - self.count()
+        with self._lock:
+            before = self.count()
+            self._write("DELETE FROM verdict WHERE key = ?", [(k,) for k in keys])
+            return before - self.count()
 
     def get(self, key: str) -> Learned | None:
-        row = self._db.execute("SELECT * FROM verdict WHERE key = ?", (key,)).fetchone()
-        return None if row is None else _learned(row)
+        rows = self._read("SELECT * FROM verdict WHERE key = ?", (key,))
+        return _learned(rows[0]) if rows else None
 
     def find(self, url: str) -> Learned | None:
         """The verdict stored for ``url``'s rule key, else for its host."""
@@ -212,18 +224,18 @@ class VerdictStore:
         if source is not None:
             sql += " WHERE source = ?"
             args = (source,)
-        for row in self._db.execute(sql + " ORDER BY host, key", args):
+        for row in self._read(sql + " ORDER BY host, key", args):
             yield _learned(row)
 
     def count(self) -> int:
-        found: int = self._db.execute("SELECT COUNT(*) FROM verdict").fetchone()[0]
+        found: int = self._read("SELECT COUNT(*) FROM verdict")[0][0]
         return found
 
     def counts(self) -> dict[tuple[str, str, str], int]:
         """``(source, action, category)`` → rows."""
         return {
             (s, a, c): n
-            for s, a, c, n in self._db.execute(
+            for s, a, c, n in self._read(
                 "SELECT source, action, category, COUNT(*) FROM verdict GROUP BY 1, 2, 3"
             )
         }

@@ -10,6 +10,7 @@ parameter fails at once with a message naming the allowed ones.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -33,6 +34,7 @@ __all__ = [
     "open_seen",
     "parse_spec",
     "register_backend",
+    "resolve_spec",
 ]
 
 
@@ -149,6 +151,19 @@ def parse_spec(spec: str) -> StoreSpec:
             raise ConfigError(f"store spec {spec!r}: parameter {key!r} given twice")
         params[key] = value
     return StoreSpec(spec, backend.lower(), location, params)
+
+
+def resolve_spec(spec: str, base: str | os.PathLike[str] | None) -> str:
+    """``spec`` with a relative file location (``sqlite:state/q.db``, ``bloom:seen.bf``)
+    made relative to ``base`` (a config file's directory); server URLs and ``memory:``
+    are left alone."""
+    backend, sep, rest = spec.partition(":")
+    if base is None or not sep or not rest or rest.startswith(("//", "?")):
+        return spec
+    location, mark, query = rest.partition("?")
+    if os.path.isabs(location) or location.startswith("~"):
+        return spec
+    return f"{backend}:{os.path.join(base, location)}{mark}{query}"
 
 
 def cast_param(kind: type, key: str, value: str, spec: str, *, what: str = "store spec") -> Any:

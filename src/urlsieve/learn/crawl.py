@@ -1,0 +1,661 @@
+"""The crawler: fetch the pages of unknown URLs, politely and safely (aiohttp).
+
+One :class:`Crawler` per learner process; :meth:`Crawler.fetch` fetches one URL and
+:meth:`Crawler.fetch_all` many, ``concurrency`` at a time and results as they finish.
+Neither raises for network errors or hostile input: every fetch ends in a
+:class:`Fetched` whose ``outcome`` says what happened and ``reason`` why.
+
+What a fetch does, in order:
+
+1. The URL is read as the URL canonicaliser reads it (:func:`urlsieve.url.parse_url`);
+   only ``http`` and ``https`` are fetched; userinfo is dropped, never sent.
+2. The SSRF guard (:mod:`urlsieve.learn.guard`) checks IP-literal hosts here and every
+   address of a name in the resolver aiohttp connects through, so robots.txt fetches
+   and redirect hops pass it too.
+3. robots.txt (protego) is fetched once per scheme+host+port, at most
+   ``robots_max_bytes`` of it read, and cached for ``robots_ttl``. Like Google: a 4xx
+   answer means "allow everything", a 5xx or 429 answer means "disallow everything"
+   for ``robots_retry`` seconds; a robots.txt that cannot be fetched (timeout, refused,
+   network error) fails the pages of that site the same way, for the same time.
+4. At most ``per_host`` fetches run per host name (and ``concurrency`` overall), and two
+   fetches to one host start at least ``delay`` seconds apart (or the robots.txt
+   ``Crawl-delay``, capped at ``max_crawl_delay``, when it is longer).
+5. Redirects are followed by hand: each ``Location`` is resolved against the current
+   URL, must be http(s), is passed to ``check_hop`` (the URL filter: a hop it blocks
+   blocks the start URL, outcome ``redirect-blocked``, and the blocked host is never
+   contacted), to the guard and to robots.txt, at most ``max_redirects`` times.
+6. Only ``content_types`` are read (others are ``not-html``, their body unread);
+   ``gzip``, ``deflate`` and ``br`` are decoded here, with the byte cap applied to the
+   decoded bytes as they are produced (a gzip bomb costs ``max_bytes``, not its
+   expansion); the rest of a body past ``max_bytes`` is not read (``Page.truncated``).
+   ``timeout`` bounds each hop (connect, headers and body) and each robots.txt fetch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import zlib
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal
+from urllib.parse import urljoin
+
+import aiohttp
+from protego import Protego
+from yarl import URL as YURL
+
+from urlsieve import __version__
+from urlsieve.exceptions import ConfigError, InvalidURL
+from urlsieve.learn.guard import AddressRefused, Guard, GuardedResolver
+from urlsieve.learn.page import Page
+from urlsieve.url import parse_url
+
+__all__ = ["CrawlSettings", "CrawlStats", "Crawler", "Fetched", "Outcome"]
+
+Outcome = Literal[
+    "page",
+    "robots",
+    "refused",
+    "redirect-blocked",
+    "not-html",
+    "http-error",
+    "timeout",
+    "too-many-redirects",
+    "error",
+]
+#: ``check_hop(canonical_url)`` -> ``(category, where)`` of the rule that blocks it, or None.
+HopCheck = Callable[[str], "tuple[str, str] | None"]
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_CHUNK = 1 << 16
+_ACCEPT = "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.1"
+
+
+def _brotli_capped() -> bool:
+    """Whether the installed brotli can cap its output (1.2+); else ``br`` is not asked for."""
+    try:
+        import brotli
+
+        brotli.Decompressor().process(b"", output_buffer_limit=1)
+    except Exception:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class CrawlSettings:
+    """What the crawler fetches and how politely; see the module docstring."""
+
+    user_agent: str = f"urlsieve-learn/{__version__}"
+    timeout: float = 10.0
+    max_bytes: int = 2_000_000
+    concurrency: int = 64
+    per_host: int = 2
+    delay: float = 0.0
+    max_redirects: int = 5
+    content_types: tuple[str, ...] = ("text/html", "application/xhtml+xml", "text/plain")
+    robots: bool = True
+    robots_ttl: float = 3600.0
+    robots_retry: float = 300.0
+    robots_max_bytes: int = 500 * 1024
+    max_crawl_delay: float = 10.0
+    allow_networks: tuple[str, ...] = ()
+    hosts: Mapping[str, str | Sequence[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.timeout <= 0 or self.delay < 0 or self.max_crawl_delay < 0:
+            raise ConfigError("crawl: timeout must be > 0, delay and max_crawl_delay >= 0")
+        if self.max_bytes < 1 or self.robots_max_bytes < 1:
+            raise ConfigError("crawl: max_bytes and robots_max_bytes must be >= 1")
+        if self.concurrency < 1 or self.per_host < 1 or self.max_redirects < 0:
+            raise ConfigError("crawl: concurrency and per_host >= 1, max_redirects >= 0")
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """The end of one fetch: ``page`` for outcome ``"page"`` (a truncated page too);
+    ``blocked`` is ``(category, where)`` of the rule that blocked a redirect hop."""
+
+    url: str
+    outcome: Outcome
+    reason: str
+    page: Page | None = None
+    blocked: tuple[str, str] | None = None
+
+
+@dataclass
+class CrawlStats:
+    """Counters of one crawler (for logs and metrics)."""
+
+    outcomes: dict[str, int] = field(default_factory=dict)
+    #: Bytes read from the network (before decoding), pages and robots.txt.
+    bytes_read: int = 0
+    robots_fetched: int = 0
+    requests: int = 0
+
+
+class _Stop(Exception):
+    """Ends a fetch early with an outcome (internal)."""
+
+    def __init__(
+        self, outcome: Outcome, reason: str, blocked: tuple[str, str] | None = None
+    ) -> None:
+        super().__init__(reason)
+        self.outcome: Outcome = outcome
+        self.reason = reason
+        self.blocked = blocked
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A URL the crawler may request: its request form and its canonical form."""
+
+    url: str  # what is requested (port kept, userinfo and fragment dropped)
+    canonical: str  # what the URL filter sees
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def origin(self) -> tuple[str, str, int]:
+        return self.scheme, self.host, self.port
+
+
+def _target(url: str) -> _Target:
+    """Read ``url`` as the canonicaliser does; refuse what is not http(s)."""
+    try:
+        parsed = parse_url(url)
+    except InvalidURL as exc:
+        raise _Stop("error", f"invalid URL: {exc.reason}") from None
+    if parsed.scheme not in ("http", "https"):
+        raise _Stop("refused", f"scheme {parsed.scheme!r} is not fetched (http and https only)")
+    default = 443 if parsed.scheme == "https" else 80
+    port = parsed.port or default
+    netloc = parsed.host if port == default else f"{parsed.host}:{port}"
+    query = "" if parsed.query is None else f"?{parsed.query}"
+    return _Target(
+        f"{parsed.scheme}://{netloc}{parsed.path}{query}",
+        parsed.canonical,
+        parsed.scheme,
+        parsed.host,
+        port,
+    )
+
+
+class _Decoder:
+    """Content-Encoding decoding that never produces more than it is asked for."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self._zlib: zlib._Decompress | None = None
+        self._brotli: Any = None
+        self._first = True
+        if encoding == "br":
+            import brotli
+
+            self._brotli = brotli.Decompressor()
+
+    def _start_zlib(self, data: bytes) -> zlib._Decompress:
+        if self.encoding in ("gzip", "x-gzip"):
+            return zlib.decompressobj(16 + zlib.MAX_WBITS)
+        # "deflate" is meant to be zlib-wrapped (RFC 9110) but many servers send it raw.
+        wrapped = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+        return zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
+
+    def feed(self, data: bytes, room: int) -> bytes:
+        """Decode ``data``; at most ``room`` bytes come out (the caller stops when they do)."""
+        if self._brotli is not None:
+            return self._feed_brotli(data, room)
+        out = b""
+        while data and len(out) < room:
+            if self._zlib is None:
+                self._zlib = self._start_zlib(data)
+            out += self._zlib.decompress(data, room - len(out))
+            if self._zlib.eof:  # a gzip stream may hold several members
+                data = self._zlib.unused_data
+                self._zlib = None if data else self._zlib
+            else:
+                data = self._zlib.unconsumed_tail
+        return out
+
+    def _feed_brotli(self, data: bytes, room: int) -> bytes:
+        import brotli
+
+        decoder = self._brotli
+        try:
+            out: bytes = decoder.process(data, output_buffer_limit=room)
+            while len(out) < room and not decoder.can_accept_more_data():
+                more: bytes = decoder.process(b"", output_buffer_limit=room - len(out))
+                if not more:
+                    break
+                out += more
+        except brotli.error as exc:
+            raise ValueError(f"brotli: {exc}") from None
+        return out
+
+
+class _HostSlot:
+    """Per-host politeness: a semaphore and the earliest time the next fetch may start."""
+
+    __slots__ = ("next_start", "semaphore", "users")
+
+    def __init__(self, per_host: int) -> None:
+        self.semaphore = asyncio.Semaphore(per_host)
+        self.next_start = 0.0
+        self.users = 0
+
+
+@dataclass
+class _Robots:
+    expires: float
+    parser: Protego | None = None  # None: allow or disallow everything, by ``allow``
+    allow: bool = True
+    stop: _Stop | None = None  # robots.txt failed: pages of the site get this outcome
+
+
+class Crawler:
+    """An async crawler; use it as ``async with Crawler(settings) as crawler:``.
+
+    ``check_hop`` receives the canonical URL of every redirect target and returns the
+    ``(category, where)`` of the rule that blocks it, or None to follow it.
+    """
+
+    def __init__(self, settings: CrawlSettings, *, check_hop: HopCheck | None = None) -> None:
+        self.settings = settings
+        self.check_hop = check_hop
+        self.guard = Guard(settings.allow_networks)
+        self.stats = CrawlStats()
+        self._session: aiohttp.ClientSession | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._hosts: dict[str, _HostSlot] = {}
+        self._robots: dict[tuple[str, str, int], _Robots] = {}
+        self._robots_pending: dict[tuple[str, str, int], asyncio.Task[_Robots]] = {}
+        self._crawl_delays: dict[str, float] = {}  # host -> robots.txt Crawl-delay (capped)
+        self._encodings = "gzip, deflate, br" if _brotli_capped() else "gzip, deflate"
+
+    async def __aenter__(self) -> Crawler:
+        resolver = GuardedResolver(self.guard, hosts=self.settings.hosts)
+        connector = aiohttp.TCPConnector(
+            resolver=resolver, limit=self.settings.concurrency, limit_per_host=0
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,  # a proxy would resolve the target itself, past the guard
+            auto_decompress=False,  # decoded here, under the byte cap
+            headers={
+                "User-Agent": self.settings.user_agent,
+                "Accept": _ACCEPT,
+                "Accept-Encoding": self._encodings,
+            },
+        )
+        self._semaphore = asyncio.Semaphore(self.settings.concurrency)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for task in self._robots_pending.values():
+            task.cancel()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # -- one URL ---------------------------------------------------------------------------
+
+    async def fetch(self, url: str, *, queued_at: float | None = None) -> Fetched:
+        """Fetch ``url`` (following redirects); never raises for network errors or input."""
+        if self._session is None:
+            raise RuntimeError("use the crawler inside 'async with Crawler(...)'")
+        try:
+            result = await self._fetch(url, queued_at)
+        except _Stop as stop:
+            result = Fetched(url, stop.outcome, stop.reason, blocked=stop.blocked)
+        except Exception as exc:  # a bug or an exotic failure must not end the crawl
+            result = Fetched(url, "error", f"{type(exc).__name__}: {exc}"[:500])
+        self.stats.outcomes[result.outcome] = self.stats.outcomes.get(result.outcome, 0) + 1
+        return result
+
+    async def _fetch(self, url: str, queued_at: float | None) -> Fetched:
+        target = _target(url)
+        hops = [url]
+        seen = {target.url}
+        while True:
+            response_or_page = await self._hop(target, url, hops, queued_at)
+            if isinstance(response_or_page, Page):
+                return Fetched(url, "page", f"HTTP {response_or_page.status}", response_or_page)
+            location = response_or_page
+            if len(hops) > self.settings.max_redirects:
+                raise _Stop(
+                    "too-many-redirects", f"more than {self.settings.max_redirects} redirects"
+                )
+            target = self._next_hop(target, location)
+            if target.url in seen:
+                raise _Stop("too-many-redirects", f"redirect loop back to {target.url}")
+            seen.add(target.url)
+            hops.append(target.url)
+
+    def _next_hop(self, current: _Target, location: str) -> _Target:
+        absolute = urljoin(current.url, location.strip())
+        scheme = absolute.partition(":")[0].lower()
+        if scheme not in ("http", "https"):
+            raise _Stop("refused", f"redirect to a {scheme!r} URL refused: {location[:200]!r}")
+        try:
+            target = _target(absolute)
+        except _Stop as stop:
+            raise _Stop(stop.outcome, f"redirect to {location[:200]!r}: {stop.reason}") from None
+        if self.check_hop is not None:
+            blocked = self.check_hop(target.canonical)
+            if blocked is not None:
+                category, where = blocked
+                raise _Stop(
+                    "redirect-blocked",
+                    f"redirect to {target.canonical} is blocked ({category}, {where})",
+                    blocked,
+                )
+        return target
+
+    async def _hop(
+        self, target: _Target, start: str, hops: list[str], queued_at: float | None
+    ) -> Page | str:
+        """Request one URL: a Page, or the Location of a redirect."""
+        refused = self.guard.check_host(target.host)
+        if refused is not None:
+            raise _Stop("refused", refused)
+        if self.settings.robots:
+            await self._robots_check(target)
+        async with self._host_slot(target.host):
+            return await self._request(target, start, hops, queued_at)
+
+    async def _request(
+        self, target: _Target, start: str, hops: list[str], queued_at: float | None
+    ) -> Page | str:
+        assert self._session is not None and self._semaphore is not None
+        async with self._semaphore:
+            try:
+                async with asyncio.timeout(self.settings.timeout):
+                    self.stats.requests += 1
+                    async with self._session.get(
+                        YURL(target.url, encoded=True), allow_redirects=False
+                    ) as response:
+                        return await self._response(response, target, start, hops, queued_at)
+            except TimeoutError:
+                raise _Stop(
+                    "timeout", f"{target.url}: no complete answer in {self.settings.timeout} s"
+                ) from None
+            except aiohttp.ClientError as exc:
+                raise _network_stop(target.url, exc) from None
+
+    async def _response(
+        self,
+        response: aiohttp.ClientResponse,
+        target: _Target,
+        start: str,
+        hops: list[str],
+        queued_at: float | None,
+    ) -> Page | str:
+        status = response.status
+        if status in _REDIRECTS:
+            location = response.headers.get("Location")
+            if location:
+                return location
+            raise _Stop("http-error", f"HTTP {status} without a Location")
+        if status >= 300:
+            raise _Stop("http-error", f"HTTP {status} from {target.url}")
+        ctype = response.headers.get("Content-Type")
+        if ctype is not None:
+            media = ctype.partition(";")[0].strip().lower()
+            if media not in self.settings.content_types:
+                raise _Stop("not-html", f"Content-Type {media or ctype!r} is not fetched")
+        body, truncated = await self._read(response, self.settings.max_bytes)
+        if ctype is None and b"\x00" in body[:1024]:
+            raise _Stop("not-html", "no Content-Type, and the body looks binary")
+        headers = tuple(
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in response.raw_headers
+        )
+        return Page(
+            url=start,
+            final_url=target.url,
+            status=status,
+            headers=headers,
+            body=body,
+            fetched_at=time.time(),
+            truncated=truncated,
+            hops=tuple(hops) if len(hops) > 1 else (),
+            queued_at=queued_at,
+        )
+
+    async def _read(self, response: aiohttp.ClientResponse, cap: int) -> tuple[bytes, bool]:
+        """At most ``cap`` decoded bytes of the body, and whether there was more."""
+        coding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        decoder: _Decoder | None = None
+        if coding not in ("", "identity"):
+            if coding not in ("gzip", "x-gzip", "deflate") and not (
+                coding == "br" and "br" in self._encodings
+            ):
+                raise _Stop("error", f"unsupported Content-Encoding {coding[:50]!r}")
+            decoder = _Decoder(coding)
+        parts: list[bytes] = []
+        size = 0
+        try:
+            while size <= cap:
+                chunk = await response.content.read(_CHUNK)
+                if not chunk:
+                    break
+                self.stats.bytes_read += len(chunk)
+                if decoder is not None:
+                    chunk = decoder.feed(chunk, cap + 1 - size)
+                parts.append(chunk)
+                size += len(chunk)
+        except (zlib.error, ValueError) as exc:
+            raise _Stop("error", f"cannot decode Content-Encoding {coding}: {exc}") from None
+        body = b"".join(parts)
+        if len(body) > cap:
+            response.close()  # the rest is never read: drop the connection
+            return body[:cap], True
+        return body, False
+
+    # -- politeness ------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _host_slot(self, host: str) -> AsyncIterator[None]:
+        slot = self._hosts.get(host)
+        if slot is None:
+            slot = self._hosts[host] = _HostSlot(self.settings.per_host)
+        slot.users += 1
+        loop = asyncio.get_running_loop()
+        try:
+            async with slot.semaphore:
+                delay = self._delay(host)
+                if delay > 0:
+                    while (wait := slot.next_start - loop.time()) > 0:
+                        await asyncio.sleep(wait)
+                    slot.next_start = loop.time() + delay
+                yield
+        finally:
+            slot.users -= 1
+            if slot.users == 0:
+                wait = slot.next_start - loop.time()
+                if wait <= 0:
+                    self._hosts.pop(host, None)
+                else:
+                    loop.call_later(wait, self._forget_host, host, slot)
+
+    def _forget_host(self, host: str, slot: _HostSlot) -> None:
+        if slot.users == 0 and self._hosts.get(host) is slot:
+            del self._hosts[host]
+
+    def _delay(self, host: str) -> float:
+        return max(self.settings.delay, self._crawl_delays.get(host, 0.0))
+
+    # -- robots.txt ------------------------------------------------------------------------
+
+    async def _robots_check(self, target: _Target) -> None:
+        key = target.origin
+        loop = asyncio.get_running_loop()
+        entry = self._robots.get(key)
+        if entry is None or entry.expires <= loop.time():
+            task = self._robots_pending.get(key)
+            if task is None:
+                task = asyncio.ensure_future(self._fetch_robots(target))
+                self._robots_pending[key] = task  # _fetch_robots removes it when done
+            entry = await asyncio.shield(task)
+        if entry.stop is not None:
+            raise _Stop(entry.stop.outcome, entry.stop.reason)
+        if entry.parser is not None:
+            allowed = entry.parser.can_fetch(target.url, self.settings.user_agent)
+        else:
+            allowed = entry.allow
+        if not allowed:
+            raise _Stop("robots", f"robots.txt of {target.host} disallows {target.url}")
+
+    async def _fetch_robots(self, target: _Target) -> _Robots:
+        loop = asyncio.get_running_loop()
+        try:
+            entry = await self._robots_entry(target)
+        finally:
+            self._robots_pending.pop(target.origin, None)
+        entry.expires += loop.time()
+        self._robots.pop(target.origin, None)
+        while len(self._robots) >= 100_000:
+            del self._robots[next(iter(self._robots))]
+        self._robots[target.origin] = entry
+        if entry.parser is not None:
+            crawl_delay = entry.parser.crawl_delay(self.settings.user_agent)
+            if crawl_delay:
+                if len(self._crawl_delays) >= 100_000:
+                    del self._crawl_delays[next(iter(self._crawl_delays))]
+                capped = min(float(crawl_delay), self.settings.max_crawl_delay)
+                self._crawl_delays[target.host] = capped
+        return entry
+
+    async def _robots_entry(self, target: _Target) -> _Robots:
+        """robots.txt of ``target``'s site, with its lifetime in ``expires`` (relative)."""
+        default = 443 if target.scheme == "https" else 80
+        netloc = target.host if target.port == default else f"{target.host}:{target.port}"
+        url = f"{target.scheme}://{netloc}/robots.txt"
+        retry = self.settings.robots_retry
+        self.stats.robots_fetched += 1
+        for _ in range(self.settings.max_redirects + 1):
+            refused = self.guard.check_host(YURL(url).host or "")
+            if refused is not None:
+                return _Robots(retry, stop=_Stop("refused", f"robots.txt: {refused}"))
+            try:
+                status, location, body = await self._robots_get(url)
+            except _Stop as stop:
+                reason = stop.reason if stop.outcome == "refused" else f"robots.txt: {stop.reason}"
+                return _Robots(retry, stop=_Stop(stop.outcome, reason))
+            if status in _REDIRECTS and location:
+                url = urljoin(url, location)
+                if not url.startswith(("http://", "https://")):
+                    return _Robots(self.settings.robots_ttl, allow=True)
+                continue
+            if 200 <= status < 300:
+                text = body.decode("utf-8", "replace")
+                try:
+                    return _Robots(self.settings.robots_ttl, parser=Protego.parse(text))
+                except Exception:  # an unreadable robots.txt restricts nothing
+                    return _Robots(self.settings.robots_ttl, allow=True)
+            if status == 429 or status >= 500:
+                return _Robots(
+                    retry,
+                    stop=_Stop(
+                        "robots",
+                        f"robots.txt of {target.host} answered HTTP {status}: the site is "
+                        f"treated as disallowed for {retry:g} s",
+                    ),
+                )
+            return _Robots(self.settings.robots_ttl, allow=True)  # 4xx (and 1xx/3xx oddities)
+        return _Robots(self.settings.robots_ttl, allow=True)  # too many redirects: no rules
+
+    async def _robots_get(self, url: str) -> tuple[int, str | None, bytes]:
+        assert self._session is not None and self._semaphore is not None
+        async with self._semaphore:
+            try:
+                async with asyncio.timeout(self.settings.timeout):
+                    self.stats.requests += 1
+                    async with self._session.get(url, allow_redirects=False) as response:
+                        location = response.headers.get("Location")
+                        body = b""
+                        if 200 <= response.status < 300:
+                            body, _ = await self._read(response, self.settings.robots_max_bytes)
+                        return response.status, location, body
+            except TimeoutError:
+                raise _Stop("timeout", f"no answer in {self.settings.timeout} s") from None
+            except aiohttp.ClientError as exc:
+                raise _network_stop(url, exc) from None
+
+    # -- many URLs -------------------------------------------------------------------------
+
+    async def fetch_all(self, urls: Iterable[tuple[str, float | None]]) -> AsyncIterator[Fetched]:
+        """Fetch ``(url, queued_at)`` pairs, ``concurrency`` at a time, yielding results as
+        they finish. URLs wait in per-host queues (at most ``16 × concurrency`` read ahead),
+        so one slow or busy host does not hold up the others."""
+        source = iter(urls)
+        exhausted = False
+        waiting: dict[str, deque[tuple[str, float | None]]] = {}
+        buffered = 0
+        running: dict[asyncio.Task[Fetched], str] = {}
+        busy: dict[str, int] = {}
+        ahead = 16 * self.settings.concurrency
+        try:
+            while True:
+                while not exhausted and buffered < ahead:
+                    item = next(source, None)
+                    if item is None:
+                        exhausted = True
+                        break
+                    waiting.setdefault(_host_key(item[0]), deque()).append(item)
+                    buffered += 1
+                for host in list(waiting):
+                    queue = waiting[host]
+                    while (
+                        queue
+                        and busy.get(host, 0) < self.settings.per_host
+                        and len(running) < self.settings.concurrency
+                    ):
+                        url, queued_at = queue.popleft()
+                        buffered -= 1
+                        task = asyncio.ensure_future(self.fetch(url, queued_at=queued_at))
+                        running[task] = host
+                        busy[host] = busy.get(host, 0) + 1
+                    if not queue:
+                        del waiting[host]
+                if not running:
+                    if exhausted and not buffered:
+                        return
+                    continue
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    host = running.pop(task)
+                    busy[host] -= 1
+                    if not busy[host]:
+                        del busy[host]
+                    yield task.result()
+        finally:
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+
+
+def _host_key(url: str) -> str:
+    try:
+        return parse_url(url).host
+    except InvalidURL:
+        return ""
+
+
+def _network_stop(url: str, exc: aiohttp.ClientError) -> _Stop:
+    """A ``_Stop`` for an aiohttp failure: the guard's refusal, or a network error."""
+    if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, AddressRefused):
+        return _Stop("refused", exc.os_error.reason)
+    return _Stop("error", f"{url}: {type(exc).__name__}: {exc}"[:500])

@@ -1,0 +1,428 @@
+"""The learner: queue → crawler → WARC spool → classifier → verdicts → overlay snapshot.
+
+Two loops, as seed 001 decouples them, which can run in one process (``urlsieve learn
+run``) or in separate ones (``--crawl-only`` / ``--classify-only``) sharing the spool
+directory:
+
+* the **crawl loop** claims unknown URLs from the queue, fetches them (robots, SSRF
+  guard, every redirect hop checked against the gateway's rules) and appends each page
+  to the spool; a job is done once its page is acknowledged by the spool (fsynced), so a
+  crash loses no page and the queue hands an unfinished job to another learner;
+* the **classify loop** reads closed spool segments, classifies every page, stores the
+  verdicts, and rebuilds the overlay snapshot the gateway swaps in.
+
+A redirect to a blocked URL is a verdict of its own (``redirect``): the start URL is
+blocked with the hop's category, without a page to classify.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from urlsieve.exceptions import InvalidURL, LearnError, QueueUnavailable, SpoolCorrupt
+from urlsieve.learn.classify import Classification, Classifier
+from urlsieve.learn.crawl import Crawler, CrawlSettings, Fetched
+from urlsieve.learn.overlay import CLEAN_CATEGORY, build_overlay
+from urlsieve.learn.page import Page
+from urlsieve.learn.queue import Job, UnknownQueue
+from urlsieve.learn.spool import Spool, claim_next
+from urlsieve.learn.verdicts import Learned, VerdictStore, rule_key
+
+__all__ = ["LATENCY_BUCKETS", "LearnStats", "Learner", "learned_from", "redirect_verdict"]
+
+#: Seconds: the buckets of the first-sighting-to-enforcement histogram.
+LATENCY_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
+
+#: Outcomes that end a job without a verdict (the URL stays unknown until re-checked).
+_NO_VERDICT = ("robots", "refused", "not-html", "http-error", "too-many-redirects")
+#: Outcomes tried again later.
+_RETRY = ("timeout", "error")
+
+HopCheck = Callable[[str], "tuple[str, str] | None"]
+
+
+@dataclass
+class LearnStats:
+    """What one learner did (``urlsieve learn stats`` and the metrics file)."""
+
+    claimed: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    classified: Counter[str] = field(default_factory=Counter)  # category or "clean"
+    queue_errors: int = 0
+    spool_errors: int = 0
+    overlay_builds: int = 0
+    overlay_seconds: float = 0.0
+    latency_buckets: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS))
+    latency_count: int = 0
+    latency_sum: float = 0.0
+    latencies: list[float] = field(default_factory=list)  # the last 10,000
+
+    def observe(self, seconds: float) -> None:
+        self.latency_count += 1
+        self.latency_sum += seconds
+        for at, bound in enumerate(LATENCY_BUCKETS):
+            if seconds <= bound:
+                self.latency_buckets[at] += 1
+        self.latencies.append(seconds)
+        del self.latencies[:-10_000]
+
+    def prometheus(self, depth: int | None) -> str:
+        """The counters in Prometheus' text format (written for the textfile collector)."""
+        out = [
+            "# TYPE urlsieve_learn_claimed_total counter",
+            f"urlsieve_learn_claimed_total {self.claimed}",
+            "# TYPE urlsieve_learn_fetch_total counter",
+        ]
+        out += [
+            f'urlsieve_learn_fetch_total{{outcome="{k}"}} {v}' for k, v in self.outcomes.items()
+        ]
+        out.append("# TYPE urlsieve_learn_classified_total counter")
+        out += [
+            f'urlsieve_learn_classified_total{{category="{_label(k)}"}} {v}'
+            for k, v in self.classified.items()
+        ]
+        out += [
+            "# TYPE urlsieve_learn_queue_errors_total counter",
+            f"urlsieve_learn_queue_errors_total {self.queue_errors}",
+            "# TYPE urlsieve_learn_overlay_builds_total counter",
+            f"urlsieve_learn_overlay_builds_total {self.overlay_builds}",
+        ]
+        if depth is not None:
+            out += [
+                "# TYPE urlsieve_learn_queue_depth gauge",
+                f"urlsieve_learn_queue_depth {depth}",
+            ]
+        out.append("# TYPE urlsieve_learn_enforcement_seconds histogram")
+        for bound, count in zip(LATENCY_BUCKETS, self.latency_buckets, strict=True):
+            out.append(f'urlsieve_learn_enforcement_seconds_bucket{{le="{bound:g}"}} {count}')
+        out += [
+            f'urlsieve_learn_enforcement_seconds_bucket{{le="+Inf"}} {self.latency_count}',
+            f"urlsieve_learn_enforcement_seconds_sum {self.latency_sum:.6f}",
+            f"urlsieve_learn_enforcement_seconds_count {self.latency_count}",
+        ]
+        return "\n".join(out) + "\n"
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def learned_from(page: Page, result: Classification, now: float) -> list[Learned]:
+    """The verdicts one classified page gives: its start URL, and for a blocked page
+    reached through redirects the final URL too."""
+    digest = hashlib.sha256(page.body).hexdigest()
+    evidence = tuple((h.phrase, h.weight, h.count) for h in result.evidence[:10])
+    blocked = result.blocked
+    category = (result.category or "learned") if blocked else CLEAN_CATEGORY
+    urls = [page.url]
+    if blocked and page.final_url != page.url:
+        urls.append(page.final_url)
+    out = []
+    for url in urls:
+        try:
+            key, host = rule_key(url)
+        except InvalidURL:
+            continue
+        out.append(
+            Learned(
+                key=key,
+                host=host,
+                action="block" if blocked else "allow",
+                category=category,
+                source="learned",
+                score=result.score,
+                evidence=evidence,
+                url=page.url,
+                final_url=page.final_url,
+                content_hash=digest,
+                fetched_at=page.fetched_at,
+                first_seen=page.queued_at,
+                decided_at=now,
+                note=result.reason,
+            )
+        )
+    return out
+
+
+def redirect_verdict(job: Job, fetched: Fetched, now: float) -> Learned | None:
+    """The block a redirect to a blocked URL gives its start URL."""
+    if fetched.blocked is None:
+        return None
+    category, where = fetched.blocked
+    try:
+        key, host = rule_key(job.url)
+    except InvalidURL:
+        return None
+    return Learned(
+        key=key,
+        host=host,
+        action="block",
+        category=category,
+        source="redirect",
+        url=job.url,
+        first_seen=job.first_seen,
+        decided_at=now,
+        note=f"{fetched.reason} (rule {where})",
+    )
+
+
+class Learner:
+    """One learner process's loops (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        queue: UnknownQueue,
+        store: VerdictStore,
+        classifier: Classifier | None,
+        spool_dir: Path,
+        tree: Path,
+        overlay: Path,
+        crawl: CrawlSettings | None = None,
+        check_hop: HopCheck | None = None,
+        batch: int = 32,
+        lease: float = 120.0,
+        promote_after: int = 3,
+        segment_bytes: int = 64 << 20,
+        segment_seconds: float = 0.5,
+        spool_max_bytes: int = 1 << 30,
+        consumer: str | None = None,
+        poll_seconds: float = 0.05,
+        retry_seconds: float = 30.0,
+        metrics_file: Path | None = None,
+        log: Callable[[str], None] = lambda _msg: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.queue = queue
+        self.store = store
+        self.classifier = classifier
+        self.spool_dir = spool_dir
+        self.tree = tree
+        self.overlay = overlay
+        self.crawl_settings = crawl or CrawlSettings()
+        self.check_hop = check_hop
+        self.batch = batch
+        self.lease = lease
+        self.promote_after = promote_after
+        self.segment_bytes = segment_bytes
+        self.segment_seconds = segment_seconds
+        self.spool_max_bytes = spool_max_bytes
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
+        self.poll_seconds = poll_seconds
+        self.retry_seconds = retry_seconds
+        self.metrics_file = metrics_file
+        self.log = log
+        self.clock = clock
+        self.stats = LearnStats()
+        self._dirty = False  # verdicts stored since the last overlay build
+        self._spool: Spool | None = None
+        self._crawling = 0  # jobs being fetched
+
+    # -- the crawl loop ----------------------------------------------------------------
+
+    async def crawl(self, stop: asyncio.Event, *, until_idle: bool = False) -> None:
+        """Claim, fetch and spool until ``stop`` is set (or, ``until_idle``, until the queue
+        has nothing left to hand out and nothing is in flight)."""
+        spool = self._spool = Spool(
+            self.spool_dir,
+            segment_bytes=self.segment_bytes,
+            max_bytes=self.spool_max_bytes,
+            segment_seconds=self.segment_seconds,
+        )
+        inflight: set[asyncio.Task[None]] = set()
+        backoff = self.poll_seconds
+        try:
+            async with Crawler(self.crawl_settings, check_hop=self.check_hop) as crawler:
+                while not stop.is_set():
+                    jobs: list[Job] = []
+                    room = self.batch - len(inflight)
+                    if room > 0:
+                        try:
+                            jobs = await asyncio.to_thread(
+                                self.queue.claim, self.consumer, room, lease=self.lease
+                            )
+                            backoff = self.poll_seconds
+                        except QueueUnavailable as exc:
+                            self.stats.queue_errors += 1
+                            self.log(f"queue unavailable, retrying in {backoff:.1f} s: {exc}")
+                            await asyncio.sleep(backoff)
+                            backoff = min(backoff * 2, 10.0)
+                            continue
+                    self.stats.claimed += len(jobs)
+                    for job in jobs:
+                        task = asyncio.create_task(self._one(crawler, spool, job))
+                        inflight.add(task)
+                        task.add_done_callback(inflight.discard)
+                    # A segment old enough is closed: the classifier sees its pages now.
+                    await asyncio.to_thread(spool.rotate_if_due)
+                    if inflight:
+                        await asyncio.wait(
+                            inflight, timeout=self.poll_seconds, return_when="FIRST_COMPLETED"
+                        )
+                    elif until_idle and not jobs:
+                        break
+                    elif not jobs:
+                        await asyncio.sleep(self.poll_seconds)
+                if inflight:
+                    await asyncio.gather(*inflight, return_exceptions=True)
+        finally:
+            await asyncio.to_thread(spool.close)
+            self._spool = None
+
+    async def _one(self, crawler: Crawler, spool: Spool, job: Job) -> None:
+        try:
+            fetched = await crawler.fetch(job.url, queued_at=job.first_seen)
+            self.stats.outcomes[fetched.outcome] += 1
+            if fetched.outcome == "page" and fetched.page is not None:
+                await asyncio.to_thread(spool.append, fetched.page)
+                await asyncio.to_thread(self.queue.done, [job])
+            elif fetched.outcome == "redirect-blocked":
+                verdict = redirect_verdict(job, fetched, self.clock())
+                if verdict is not None:
+                    await asyncio.to_thread(self.store.put, [verdict])
+                    self._dirty = True
+                await asyncio.to_thread(self.queue.done, [job])
+            elif fetched.outcome in _RETRY:
+                await asyncio.to_thread(self.queue.retry, [job], delay=self.retry_seconds)
+            else:
+                await asyncio.to_thread(self.queue.done, [job])
+        except QueueUnavailable as exc:  # the lease runs out: another learner takes the job
+            self.stats.queue_errors += 1
+            self.log(f"queue unavailable while finishing {job.url[:200]!r}: {exc}")
+        except Exception as exc:  # the spool is full, the verdicts cannot be written, a bug
+            self.stats.spool_errors += 1
+            self.log(f"cannot keep {job.url[:200]!r}, it will be retried: {exc!r}")
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.queue.retry, [job], delay=self.retry_seconds)
+
+    # -- the classify loop -------------------------------------------------------------
+
+    def classify_ready(self) -> int:
+        """Classify every closed spool segment, store the verdicts and rebuild the overlay
+        (also when a redirect verdict came in). Returns the pages classified."""
+        if self.classifier is None:
+            raise LearnError("no classifier: learn.phrases (or lexicons) are not set")
+        pages = 0
+        verdicts: list[Learned] = []
+        while (claim := claim_next(self.spool_dir)) is not None:
+            with claim:  # leaving without done() gives the segment back
+                found: list[Learned] = []
+                try:
+                    for page in claim.pages():
+                        pages += 1
+                        found += self._classify(page)
+                except SpoolCorrupt as exc:
+                    self.stats.spool_errors += 1
+                    aside = claim.path.with_name(claim.path.name + ".corrupt")
+                    claim.path.rename(aside)
+                    self.log(
+                        f"{exc}; the pages before the damage were classified, the segment "
+                        f"is kept as {aside.name} for inspection"
+                    )
+                if found:
+                    self.store.put(found)  # stored before the segment is deleted
+                    verdicts += found
+                    self._dirty = True
+                claim.done()
+        if self._dirty:
+            self._dirty = False
+            self.rebuild()
+            now = self.clock()
+            for verdict in verdicts:
+                if verdict.first_seen is not None and verdict.key == rule_key(verdict.url)[0]:
+                    self.stats.observe(max(0.0, now - verdict.first_seen))
+        if pages or verdicts:
+            self.write_metrics()
+        return pages
+
+    def _classify(self, page: Page) -> list[Learned]:
+        assert self.classifier is not None
+        result = self.classifier.classify_page(page)
+        self.stats.classified[result.category if result.blocked and result.category else
+                              CLEAN_CATEGORY if not result.blocked else "learned"] += 1  # fmt: skip
+        return learned_from(page, result, self.clock())
+
+    def rebuild(self) -> None:
+        """Render the learned lists and swap in a new overlay snapshot."""
+        built = build_overlay(self.store, self.tree, self.overlay, promote_after=self.promote_after)
+        self.stats.overlay_builds += 1
+        self.stats.overlay_seconds += built.seconds
+        self.log(
+            f"overlay rebuilt: {built.rules} rules ({built.promoted} promoted hosts) "
+            f"in {built.seconds * 1000:.1f} ms"
+        )
+
+    async def classify(self, stop: asyncio.Event, *, until: asyncio.Event | None = None) -> None:
+        """Classify closed segments as they come until ``stop`` is set, or until ``until``
+        is set and nothing is left to classify."""
+        written = time.monotonic()
+        while not stop.is_set():
+            finished = until is not None and until.is_set()
+            pages = await asyncio.to_thread(self.classify_ready)
+            if time.monotonic() - written >= 1.0:  # the metrics file follows the crawler too
+                await asyncio.to_thread(self.write_metrics)
+                written = time.monotonic()
+            if not pages:
+                if finished:
+                    break
+                await asyncio.sleep(self.poll_seconds)
+
+    def write_metrics(self) -> None:
+        if self.metrics_file is None:
+            return
+        try:
+            depth = self.queue.depth()
+        except LearnError:
+            depth = None
+        tmp = self.metrics_file.with_suffix(".tmp")
+        try:
+            tmp.write_text(self.stats.prometheus(depth), encoding="utf-8")
+            os.replace(tmp, self.metrics_file)
+        except OSError as exc:
+            self.log(f"cannot write the metrics file {self.metrics_file}: {exc}")
+
+    # -- both ----------------------------------------------------------------------------
+
+    async def run(
+        self,
+        stop: asyncio.Event | None = None,
+        *,
+        crawl: bool = True,
+        classify: bool = True,
+        until_idle: bool = False,
+    ) -> LearnStats:
+        """Run the loops until ``stop`` is set (``until_idle``: until the queue and the spool
+        are empty)."""
+        stop = stop or asyncio.Event()
+        crawled = asyncio.Event()
+
+        async def crawl_then_say() -> None:
+            try:
+                await self.crawl(stop, until_idle=until_idle)
+            finally:
+                crawled.set()
+
+        tasks = []
+        if crawl:
+            tasks.append(asyncio.create_task(crawl_then_say()))
+        else:
+            crawled.set()
+        if classify:
+            until = crawled if until_idle else None
+            tasks.append(asyncio.create_task(self.classify(stop, until=until)))
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+        self.write_metrics()
+        return self.stats

@@ -1,0 +1,211 @@
+"""The SSRF guard: every forbidden address class, IPv6 forms of IPv4, URL host spellings,
+names that resolve to forbidden addresses, and real fetches refused before any connection.
+
+No test connects to a non-loopback address: public addresses are checked as values."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.learn.origin import Route, origin_server
+from urlsieve.exceptions import ConfigError
+from urlsieve.learn.crawl import Crawler, CrawlSettings
+from urlsieve.learn.guard import AddressRefused, Guard, GuardedResolver, forbidden
+
+FORBIDDEN = [
+    ("127.0.0.1", "loopback"),
+    ("127.255.0.9", "loopback"),
+    ("::1", "loopback"),
+    ("10.0.0.1", "private"),
+    ("172.16.5.4", "private"),
+    ("192.168.1.1", "private"),
+    ("fd12:3456::1", "unique local"),
+    ("169.254.169.254", "link-local"),  # cloud metadata
+    ("fe80::1", "link-local"),
+    ("fe80::1%eth0", "link-local"),
+    ("224.0.0.251", "multicast"),
+    ("ff02::1", "multicast"),
+    ("0.0.0.0", "unspecified"),
+    ("::", "unspecified"),
+    ("0.1.2.3", "this network"),
+    ("240.0.0.1", "reserved"),
+    ("255.255.255.255", "broadcast"),
+    ("100.64.0.1", "CGNAT"),
+    ("192.0.2.1", "documentation"),
+    ("2001:db8::1", "documentation"),
+    ("198.18.0.1", "benchmarking"),
+    ("::ffff:127.0.0.1", "IPv4-mapped form of 127.0.0.1, which is loopback"),
+    ("::ffff:10.1.1.1", "IPv4-mapped form of 10.1.1.1, which is private"),
+    ("::127.0.0.1", "IPv4-compatible"),
+    ("64:ff9b::a9fe:a9fe", "NAT64 form of 169.254.169.254, which is link-local"),
+    ("64:ff9b:1::1", "local-use NAT64"),
+    ("2002:7f00:1::1", "6to4 form of 127.0.0.1, which is loopback"),
+    ("2001::1", "Teredo"),
+    ("100::1", "discard-only"),
+    ("fec0::1", "site-local"),
+]
+
+
+@pytest.mark.parametrize(("address", "why"), FORBIDDEN)
+def test_every_forbidden_class_is_refused_with_a_reason(address: str, why: str) -> None:
+    reason = Guard().check(address)
+    assert reason is not None
+    assert why in reason
+    assert reason.startswith(address.partition("%")[0].split(":ffff:")[0][:2])  # names it
+
+
+@pytest.mark.parametrize(
+    "address", ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111", "64:ff9b::808:808", "1.1.1.1"]
+)
+def test_public_addresses_pass(address: str) -> None:
+    assert Guard().check(address) is None
+
+
+def test_allow_networks_opens_exactly_those() -> None:
+    guard = Guard(["127.0.0.0/8", "fd00::/8"])
+    assert guard.check("127.0.0.1") is None
+    assert guard.check("::ffff:127.0.0.1") is None  # the IPv4 inside is what is allowed
+    assert guard.check("fd00::5") is None
+    assert guard.check("10.0.0.1") is not None
+    assert guard.check("::1") is not None
+    with pytest.raises(ConfigError, match="not a network"):
+        Guard(["localhost"])
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["127.0.0.1", "127.1", "0x7f000001", "2130706433", "0177.0.0.1", "0x7f.1", "[::1]",
+     "[::ffff:127.0.0.1]", "[0:0:0:0:0:ffff:7f00:1]", "0.0.0.0", "0", "127.0.0.1."],
+)  # fmt: skip
+def test_url_host_spellings_are_read_like_the_canonicaliser(host: str) -> None:
+    reason = Guard().check_host(host)
+    assert reason is not None and ("loopback" in reason or "unspecified" in reason)
+
+
+def test_names_pass_check_host() -> None:
+    assert Guard().check_host("example.com") is None
+
+
+@given(st.integers(0, 2**32 - 1))
+def test_any_decimal_spelling_agrees_with_the_dotted_quad(number: int) -> None:
+    guard = Guard()
+    dotted = ".".join(str((number >> s) & 0xFF) for s in (24, 16, 8, 0))
+    assert guard.check_host(str(number)) == guard.check_host(dotted)
+    assert guard.check_host(hex(number)) == guard.check_host(dotted)
+
+
+def _resolve(resolver: GuardedResolver, host: str, family: int = socket.AF_UNSPEC) -> list[str]:
+    async def go() -> list[str]:
+        return [r["host"] for r in await resolver.resolve(host, 80, socket.AddressFamily(family))]
+
+    return asyncio.run(go())
+
+
+def test_a_name_with_a_mix_of_public_and_private_addresses_is_refused() -> None:
+    resolver = GuardedResolver(
+        Guard(),
+        hosts={
+            "mixed.test": ("93.184.216.34", "10.0.0.1"),
+            "public.test": ("93.184.216.34", "2606:2800:220:1::1"),
+            "rebind.test": ("8.8.8.8", "::ffff:192.168.0.1"),
+        },
+    )
+    with pytest.raises(AddressRefused) as info:
+        _resolve(resolver, "mixed.test")
+    assert "mixed.test resolves to 2 addresses, one of them 10.0.0.1" in info.value.reason
+    with pytest.raises(AddressRefused, match=re.escape("192.168.0.1")):
+        _resolve(resolver, "rebind.test")
+    # Only checked addresses are handed to aiohttp, filtered by the family it asks for.
+    assert _resolve(resolver, "public.test") == ["93.184.216.34", "2606:2800:220:1::1"]
+    assert _resolve(resolver, "PUBLIC.test.", socket.AF_INET) == ["93.184.216.34"]
+    assert resolver.refused == 2
+
+
+def test_the_resolver_refuses_literals_and_unknown_static_names_go_to_dns() -> None:
+    resolver = GuardedResolver(Guard(), hosts={"a.test": "127.0.0.1"})
+    with pytest.raises(AddressRefused, match=re.escape("127.0.0.1 is loopback")):
+        _resolve(resolver, "127.0.0.1")
+    with pytest.raises(
+        AddressRefused, match=re.escape("a.test resolves to 127.0.0.1, which is loopback")
+    ):
+        _resolve(resolver, "a.test")
+    with pytest.raises(ConfigError):
+        GuardedResolver(Guard(), hosts={"b.test": "not an ip"})
+
+
+def _settings(**kw: object) -> CrawlSettings:
+    values: dict[str, object] = {"timeout": 5.0, "hosts": {"site.test": "127.0.0.1"}}
+    values.update(kw)
+    return CrawlSettings(**values)  # type: ignore[arg-type]
+
+
+async def _fetch_all(settings: CrawlSettings, urls: list[str]) -> list[tuple[str, str]]:
+    async with Crawler(settings) as crawler:
+        return [((f := await crawler.fetch(u)).outcome, f.reason) for u in urls]
+
+
+def test_loopback_is_refused_unless_allowed_and_the_origin_sees_nothing() -> None:
+    with origin_server() as origin:
+        port = origin.port
+        urls = [
+            f"http://127.0.0.1:{port}/en/clean.html",
+            f"http://site.test:{port}/en/clean.html",
+            f"http://evil@127.0.0.1:{port}/en/clean.html",
+            f"http://127.1:{port}/en/clean.html",
+            f"http://0x7f000001:{port}/en/clean.html",
+            f"http://2130706433:{port}/en/clean.html",
+            f"http://[::ffff:127.0.0.1]:{port}/en/clean.html",
+            f"http://[::1]:{port}/en/clean.html",
+        ]
+        results = asyncio.run(_fetch_all(_settings(), urls))
+        assert [outcome for outcome, _ in results] == ["refused"] * len(urls)
+        assert all("loopback" in reason for _, reason in results), results
+        assert origin.hits == []
+        allowed = asyncio.run(_fetch_all(_settings(allow_networks=("127.0.0.0/8",)), urls[:5]))
+        assert [outcome for outcome, _ in allowed] == ["page"] * 5
+        assert origin.fetched("/en/clean.html") == 5
+
+
+@pytest.mark.parametrize(
+    ("location", "why"),
+    [
+        ("http://10.0.0.1/", "10.0.0.1 is private"),
+        ("http://[::1]/", "::1 is loopback"),
+        ("http://169.254.169.254/latest/meta-data/", "link-local"),
+        ("http://0x0a000001/", "10.0.0.1 is private"),
+        ("http://user@[::ffff:10.0.0.1]:8080/", "10.0.0.1 is private"),
+        ("http://inside.test/", "inside.test resolves to 192.168.1.1, which is private"),
+        ("file:///etc/passwd", "'file' URL refused"),
+        ("gopher://127.0.0.1:6379/_INFO", "'gopher' URL refused"),
+    ],
+)
+def test_a_redirect_to_a_forbidden_address_is_refused(location: str, why: str) -> None:
+    pages = {
+        "/go": Route(302, (("Location", location),), b"", None),
+        "/robots.txt": Route(404, (), b"", None),
+    }
+    with origin_server(pages) as origin:
+        settings = CrawlSettings(
+            timeout=5.0,
+            allow_networks=("127.0.0.1/32",),
+            hosts={"site.test": "127.0.0.1", "inside.test": "192.168.1.1"},
+        )
+        ((outcome, reason),) = asyncio.run(
+            _fetch_all(settings, [f"http://site.test:{origin.port}/go"])
+        )
+        assert outcome == "refused"
+        assert why in reason
+        assert origin.fetched("/go") == 1
+
+
+def test_forbidden_is_total_over_addresses() -> None:
+    import ipaddress
+
+    for text in ("0.0.0.0", "255.255.255.255", "::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"):
+        assert forbidden(ipaddress.ip_address(text)) is not None

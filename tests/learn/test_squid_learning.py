@@ -1,0 +1,227 @@
+"""The self-learning gateway end to end: a real Squid with ``urlsieve squid-helper``
+queueing unknown URLs, a real ``urlsieve learn run`` process crawling a loopback origin
+and classifying its pages, and Squid enforcing the learned verdicts seconds later.
+
+With ``unknown = "allow-first"`` (seed 001's first-time allow) the first request to an
+unknown dirty page passes and a later one is blocked with the learned category; with
+``unknown = "block"`` the first is blocked as unclassified and the verdict decides later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from tests.gateway.servers import (
+    Squid,
+    make_world_readable,
+    running_squid,
+    squid_binary,
+    stage_runtime,
+    world_readable_tempdir,
+)
+from tests.gateway.servers import request as proxy_get
+from tests.learn.origin import BLOCKED_HOST, Origin, origin_server
+from urlsieve.learn.queue import Sighting, open_queue
+
+PHRASES = Path(__file__).parent / "data" / "phrases"
+BLOCK_PAGE = "http://block.test/blocked?url=%u&category=%c"
+HOSTS = ("dirty.test", "clean.test", "zh.test", "redirect.test", "robots.test", "bin.test")
+
+
+@dataclass
+class Learning:
+    unknown: str
+    squid: Squid
+    origin: Origin
+    state: Path
+    config: Path
+    learner: subprocess.Popen[bytes]
+    log: Path
+
+    def url(self, host: str, path: str) -> str:
+        return f"http://{host}:{self.origin.port}{path}"
+
+    def learner_log(self) -> str:
+        return self.log.read_text("utf-8", "replace")
+
+
+def _config(directory: Path, state: Path, unknown: str) -> Path:
+    lists = directory / "lists"
+    (lists / "blocked").mkdir(parents=True)
+    (lists / "blocked" / "domains").write_text(f"{BLOCKED_HOST}\n", encoding="utf-8")
+    (directory / "allow").write_text("probe.test\n", encoding="utf-8")
+    hosts = dict.fromkeys((*HOSTS, BLOCKED_HOST, "probe.test"), "127.0.0.1")
+    phrases = directory / "phrases"
+    shutil.copytree(PHRASES, phrases)
+    config = directory / "urlsieve.toml"
+    config.write_text(
+        f"""
+[rules]
+lists = ["{lists}"]
+allow = ["{directory / "allow"}"]
+
+[squid]
+mode = "redirect"
+redirect_url = "{BLOCK_PAGE}"
+reload_check_seconds = 0.1
+
+[learn]
+queue = "sqlite:{state / "queue.db"}"
+unknown = "{unknown}"
+overlay = "{state / "learned.snap"}"
+directory = "{state}"
+phrases = ["{phrases / "weightedphraselist"}"]
+banned = ["{phrases / "bannedphraselist"}"]
+exceptions = ["{phrases / "exceptionphraselist"}"]
+limit = 50
+promote_after = 0
+batch = 8
+
+[learn.crawl]
+timeout = 2.0
+max_bytes = 1000000
+allow_networks = ["127.0.0.0/8"]
+hosts = {json.dumps(hosts).replace('":', '" =')}
+
+[learn.spool]
+segment_seconds = 0.1
+""",
+        encoding="utf-8",
+    )
+    return config
+
+
+@pytest.fixture(params=["allow-first", "block"])
+def learning(request: pytest.FixtureRequest) -> Iterator[Learning]:
+    squid_binary()
+    unknown: str = request.param
+    directory = world_readable_tempdir("urlsieve-learn-")
+    try:
+        wrapper = stage_runtime(directory / "runtime")
+        state = directory / "state"
+        state.mkdir()
+        config = _config(directory, state, unknown)
+        # The queue is shared by Squid's helpers (the proxy user) and the learner (us).
+        open_queue(f"sqlite:{state / 'queue.db'}").close()
+        make_world_readable(directory)
+        os.chmod(state, 0o777)
+        os.chmod(state / "queue.db", 0o666)
+        with origin_server() as origin:
+            hosts = dict.fromkeys((*HOSTS, BLOCKED_HOST, "probe.test"), "127.0.0.1")
+            with running_squid(
+                wrapper,
+                config,
+                directory,
+                hosts,
+                children=2,
+                concurrency=4,
+                probe_url=f"http://probe.test:{origin.port}/en/clean.html",
+            ) as squid:
+                log = directory / "learner.log"
+                with open(log, "wb") as out:
+                    learner = subprocess.Popen(
+                        [sys.executable, "-m", "urlsieve", "learn", "--config", str(config),
+                         "run", "--consumer", "test-learner"],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )  # fmt: skip
+                try:
+                    yield Learning(unknown, squid, origin, state, config, learner, log)
+                finally:
+                    learner.send_signal(signal.SIGTERM)
+                    try:
+                        learner.wait(timeout=20)
+                    except subprocess.TimeoutExpired:
+                        learner.kill()
+                        learner.wait()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def verdict(gw: Learning, url: str) -> tuple[int, str | None]:
+    """Squid's answer through the url_rewrite port: (status, block category or None)."""
+    status, headers, _ = proxy_get(gw.squid.rewrite_port, url)
+    if status != 302:
+        return status, None
+    location = urlsplit(headers["location"])
+    if location.netloc != "block.test":  # the origin's own redirect, passed through
+        return status, None
+    return status, parse_qs(location.query)["category"][0]
+
+
+def wait_for(gw: Learning, url: str, category: str | None, timeout: float = 30.0) -> float:
+    """Seconds until Squid answers ``url`` with ``category`` (None: lets it through)."""
+    started = time.monotonic()
+    last: tuple[int, str | None] = (0, None)
+    while time.monotonic() - started < timeout:
+        last = verdict(gw, url)
+        if (category is None and last[0] == 200) or (category is not None and last[1] == category):
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise AssertionError(
+        f"{url}: still {last} after {timeout} s; learner says:\n{gw.learner_log()[-3000:]}"
+    )
+
+
+def test_unknown_pages_are_learned_and_enforced_through_squid(learning: Learning) -> None:
+    gw = learning
+    block = gw.unknown == "block"
+    dirty = gw.url("dirty.test", "/en/casino.html")
+    zh = gw.url("zh.test", "/zh/big5-bare.html")
+    clean = gw.url("clean.test", "/en/clean.html")
+    redirect = gw.url("redirect.test", "/redirect/blocked")
+    robots = gw.url("robots.test", "/private/casino.html")
+    binary = gw.url("bin.test", "/file.bin")
+    first = {url: verdict(gw, url) for url in (dirty, zh, clean, redirect, robots, binary)}
+    for url, answer in first.items():
+        if block:
+            assert answer == (302, "unclassified"), (url, answer)
+        else:
+            assert answer[0] in (200, 302) and answer[1] is None, (url, answer)  # allowed
+    seconds = wait_for(gw, dirty, "gambling")
+    wait_for(gw, zh, "gambling")  # Big5 without a charset, Traditional → Simplified
+    wait_for(gw, redirect, "blocked")  # a redirect to a blocked host blocks the start URL
+    wait_for(gw, clean, None)
+    assert seconds < 30
+    # The crawler fetched each page once (a client's own fetch through Squid adds one when
+    # it was allowed), never the robots-disallowed page, never the blocked host.
+    crawler_fetches = 1
+    client_fetches = 0 if block else 1
+    hits = gw.origin.hits
+    assert hits.count("dirty.test/en/casino.html") >= crawler_fetches + client_fetches
+    assert hits.count("robots.test/private/casino.html") == client_fetches
+    assert not any(h.startswith(BLOCKED_HOST) for h in hits)
+    learned = (gw.state / "learned" / "allow" / "clean" / "urls").read_text("utf-8")
+    assert "clean.test/en/clean.html" in learned
+    # What was not learned stays unknown: allowed first-time, or still held back.
+    assert verdict(gw, robots) == ((302, "unclassified") if block else (200, None))
+
+
+def test_a_private_address_is_never_fetched(learning: Learning) -> None:
+    gw = learning
+    queue = open_queue(f"sqlite:{gw.state / 'queue.db'}")
+    try:
+        queue.offer([Sighting("http://10.1.2.3/x"), Sighting("http://[fd00::1]/y")])
+    finally:
+        queue.close()
+    metrics = gw.state / "learn.prom"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        text = metrics.read_text("utf-8") if metrics.exists() else ""
+        if 'urlsieve_learn_fetch_total{outcome="refused"} 2' in text:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"not refused: {text}\n{gw.learner_log()[-2000:]}")
