@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import sys
@@ -20,6 +21,7 @@ from itertools import product
 from tests.fuzz.policy import BLOCK_PAGE, rules_filter
 from urlsieve.gateway import FailureMode, HelperMode, HelperSettings, LiveRules, SquidHelper
 from urlsieve.gateway.squid import serve
+from urlsieve.gateway.unknown import UnknownFeed
 
 # -- the Squid helper -------------------------------------------------------------------
 
@@ -34,10 +36,14 @@ class HelperCase:
     mode: HelperMode
     channels: bool | None
     failure_mode: FailureMode = FailureMode.CLOSED
+    #: Learning on (``unknown = "allow-first"``): unknown URLs go through the real sink
+    #: (canonicalised into a memory queue) from the feed's thread.
+    learning: bool = False
 
     @property
     def id(self) -> str:
-        return f"{self.mode.value}-channels-{CHANNEL_NAMES[self.channels]}"
+        learning = "-learning" if self.learning else ""
+        return f"{self.mode.value}-channels-{CHANNEL_NAMES[self.channels]}{learning}"
 
     def helper(self) -> SquidHelper:
         settings = HelperSettings(
@@ -46,10 +52,24 @@ class HelperCase:
             failure_mode=self.failure_mode,
             channels=self.channels,
         )
-        return SquidHelper(LiveRules(rules_filter), settings)
+        feed = _learning_feed() if self.learning else None
+        return SquidHelper(LiveRules(rules_filter), settings, unknown=feed)
 
 
-HELPER_CASES = tuple(HelperCase(m, c) for m, c in product(MODES, CHANNELS))
+@functools.cache
+def _learning_feed() -> UnknownFeed:
+    """One feed (one thread) for every learning helper of the run."""
+    from urlsieve.learn.queue import open_queue
+    from urlsieve.learn.sink import queue_sink
+
+    return UnknownFeed(queue_sink(open_queue("memory:")), flush_seconds=0)
+
+
+HELPER_CASES = (
+    *(HelperCase(m, c) for m, c in product(MODES, CHANNELS)),
+    HelperCase(HelperMode.REDIRECT, None, learning=True),
+    HelperCase(HelperMode.ACL, True, learning=True),
+)
 
 
 def _takes_bytes(helper: SquidHelper) -> bool:
