@@ -38,6 +38,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -258,7 +259,9 @@ def enforce(scale: int, count: int, rate: float) -> dict[str, float]:
 # -- throughput -------------------------------------------------------------------------
 
 
-def throughput(pages: int, size: int) -> dict[str, float]:
+def throughput(pages: int, size: int, processes: int = 1) -> dict[str, float]:
+    """``processes`` 1: one ``Learner`` runs both loops; 2: the crawl loop here and a
+    ``urlsieve learn run --classify-only`` process on the same spool (seed 001's split)."""
     from benchmarks.classify import _lists
     from urlsieve.learn.classify import Classifier
     from urlsieve.learn.crawl import CrawlSettings
@@ -299,14 +302,36 @@ def throughput(pages: int, size: int) -> dict[str, float]:
             promote_after=0,
             segment_seconds=0.5,
         )
+        classifier_proc = None
+        if processes == 2:  # started (lists loaded: it writes the empty overlay) untimed
+            learner.classifier = None
+            classifier_proc = subprocess.Popen(
+                [sys.executable, "-m", "urlsieve", "learn", "--config",
+                 str(_throughput_config(state, lists)), "run", "--classify-only"],
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            while not (state / "learned.snap").exists():
+                time.sleep(0.02)
         started = time.perf_counter()
-        stats = asyncio.run(learner.run(until_idle=True))
+        try:
+            if classifier_proc is None:
+                stats = asyncio.run(learner.run(until_idle=True))
+                classified = sum(stats.classified.values())
+            else:
+                asyncio.run(learner.run(classify=False, until_idle=True))
+                while (classified := store.count()) < pages and time.perf_counter() - started < 600:
+                    time.sleep(0.02)
+                stats = learner.stats
+        finally:
+            if classifier_proc is not None:
+                classifier_proc.terminate()
+                classifier_proc.wait()
         elapsed = time.perf_counter() - started
         queue.close()
         store.close()
     shutil.rmtree(state, ignore_errors=True)
-    classified = sum(stats.classified.values())
     return {
+        "processes": processes,
         "pages": pages,
         "size": size,
         "phrases": len(phrases.phrases),
@@ -316,6 +341,29 @@ def throughput(pages: int, size: int) -> dict[str, float]:
         "mb_per_s": classified * size / elapsed / 1e6,
         "overlay_builds": stats.overlay_builds,
     }
+
+
+def _throughput_config(state: Path, lists: dict[str, Any]) -> Path:
+    def paths(key: str) -> str:
+        return json.dumps([str(p) for p in lists[key]])
+
+    lexicon, category, weight = lists["lexicons"][0]
+    config = state / "learn.toml"
+    config.write_text(
+        f"""
+[learn]
+queue = "sqlite:{state / "queue.db"}"
+overlay = "{state / "learned.snap"}"
+directory = "{state}"
+phrases = {paths("weighted")}
+banned = {paths("banned")}
+exceptions = {paths("exception")}
+lexicons = [{{ path = "{lexicon}", category = "{category}", weight = {weight} }}]
+promote_after = 0
+""",
+        encoding="utf-8",
+    )
+    return config
 
 
 # -- prefilter --------------------------------------------------------------------------
@@ -418,8 +466,10 @@ def main(argv: list[str] | None = None) -> int:
         out["prefilter"] = result = prefilter()
         print("prefilter", json.dumps(result), flush=True)
     if args.only in (None, "throughput"):
-        out["throughput"] = result = throughput(args.pages, args.size)
-        print("throughput", json.dumps(result), flush=True)
+        for processes in (1, 2):
+            result = throughput(args.pages, args.size, processes)
+            out[f"throughput_{processes}p"] = result
+            print("throughput", json.dumps(result), flush=True)
     if args.only in (None, "enforce"):
         for scale in (int(s) for s in args.scales.split(",")):
             result = enforce(scale, args.count, args.rate)

@@ -265,3 +265,44 @@ def test_the_service_queues_unknown_urls_for_the_peer(tmp_path: Path, unknown: s
     assert feed.flush()
     feed.close()
     assert sorted(sink.urls) == ["http://new.test/a", "http://other.test/b"]
+
+
+def test_a_bad_overlay_never_costs_the_base_rules(tmp_path: Path) -> None:
+    base_snap, overlay_snap, tmp = tmp_path / "base.snap", tmp_path / "o.snap", tmp_path / "t"
+    base().save(base_snap)
+    overlay_snap.write_bytes(b"not a snapshot at all")
+    logged: list[str] = []
+    loader = LayeredLoader(lambda: Filter.load(base_snap), str(base_snap), str(overlay_snap),
+                           logged.append)  # fmt: skip
+    live = LiveRules(loader, watch=[str(base_snap), str(overlay_snap)], check_seconds=0)
+    rules = live.get()  # a corrupt overlay at start: the base alone, and why
+    assert rules.check("http://evil.com/").action == "block"
+    assert rules.check("http://learned.test/").action == "none"
+    assert "none (base rules alone)" in logged[-1] and str(overlay_snap) in logged[-1]
+    overlay().save(tmp)
+    os.replace(tmp, overlay_snap)
+    assert live.poll() and live.get().check("http://learned.test/").action == "block"
+    tmp.write_bytes(b"garbage")  # a corrupt overlay renamed into place: the last good one
+    os.replace(tmp, overlay_snap)
+    live.poll()
+    assert live.get().check("http://learned.test/").action == "block"
+    assert "the last good one" in logged[-1]
+    overlay().save(tmp)
+    os.replace(tmp, overlay_snap)
+    live.poll()
+    with open(overlay_snap, "r+b") as fh:  # rewritten in place: the base stays, alone
+        fh.seek(100)
+        fh.write(b"\xff" * 64)
+    assert live.poll() or live.loaded
+    rules = live.get()
+    assert rules.check("http://evil.com/").action == "block"
+    assert rules.check("http://learned.test/").action == "none"
+
+
+def test_a_policy_does_not_watch_the_overlay(tmp_path: Path) -> None:
+    conf = tmp_path / "gw.toml"
+    conf.write_text(
+        '[rules]\nsquidguard_conf = "sg.conf"\n[learn]\noverlay = "o.snap"\n', encoding="utf-8"
+    )
+    config = load_config(str(conf), needs_rules=False)
+    assert rules_watch(config) == [str(tmp_path / "sg.conf")]

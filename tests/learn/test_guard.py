@@ -209,3 +209,22 @@ def test_forbidden_is_total_over_addresses() -> None:
 
     for text in ("0.0.0.0", "255.255.255.255", "::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"):
         assert forbidden(ipaddress.ip_address(text)) is not None
+
+
+def test_public_addresses_are_fetched_on_the_configured_ports_only() -> None:
+    guard = Guard((), ports=(80, 443))
+    public = ["93.184.216.34"]
+    assert guard.check_port("example.com", 80, public) is None
+    reason = guard.check_port("example.com", 25, public)
+    assert reason is not None and "example.com:25" in reason and "learn.crawl.ports" in reason
+    assert Guard(("127.0.0.0/8",), ports=(80,)).check_port("t", 8123, ["127.0.0.1"]) is None
+    assert Guard(()).check_port("example.com", 25, public) is None  # no ports: any port
+    assert guard.literal("0x5db8d822") == "93.184.216.34"
+    assert guard.literal("[::1]") == "::1" and guard.literal("example.com") is None
+
+
+def test_the_resolver_refuses_an_unlisted_port_of_a_public_name() -> None:
+    resolver = GuardedResolver(Guard((), ports=(80,)), hosts={"pub.test": "93.184.216.34"})
+    with pytest.raises(AddressRefused, match=r"pub\.test:25"):
+        asyncio.run(resolver.resolve("pub.test", 25))
+    assert asyncio.run(resolver.resolve("pub.test", 80))[0]["host"] == "93.184.216.34"

@@ -232,26 +232,26 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _override(args: argparse.Namespace) -> int:
-    from urlsieve.learn.overlay import build_overlay
+    from urlsieve.learn.overlay import build_overlay, rule_line
     from urlsieve.learn.verdicts import Learned, rule_key
+    from urlsieve.rules.model import parse_rule
 
     settings = _settings(args)
     key, host = rule_key(args.url)
     category = args.category if args.action == "block" else "override"
+    override = Learned(
+        key=key,
+        host=host,
+        action=args.action,
+        category=category,
+        source="override",
+        url=args.url,
+        note=args.note,
+    )
+    # What the lists cannot hold (a top-level domain) is refused here, not skipped later.
+    parse_rule(rule_line(override), args.action, category, f"learn {args.action}")
     with _store(settings) as store:
-        store.put(
-            [
-                Learned(
-                    key=key,
-                    host=host,
-                    action=args.action,
-                    category=category,
-                    source="override",
-                    url=args.url,
-                    note=args.note,
-                )
-            ]
-        )
+        store.put([override])
         built = build_overlay(
             store, settings.tree, settings.overlay, promote_after=settings.promote_after
         )

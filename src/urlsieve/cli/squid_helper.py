@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     log = stderr_logger("urlsieve squid-helper")
     policy = policy_loader(config, log)
     rules = LiveRules(
-        policy or filter_loader(config),
+        policy or filter_loader(config, log),
         watch=rules_watch(config),
         check_seconds=config.reload_check_seconds,
         log=log,

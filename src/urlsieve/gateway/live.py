@@ -49,14 +49,13 @@ def _signature(paths: Sequence[str]) -> Signature | None:
     return None if not signature or signature[0] is None else signature
 
 
-def _changed_in_place(a: Signature | None, b: Signature | None) -> str | None:
-    """Which watched file is one file (device and inode) in both, with another content."""
-    if a is None or b is None:
-        return None
-    for at, (x, y) in enumerate(zip(a, b, strict=True)):
-        if x is not None and y is not None and x[:2] == y[:2] and x != y:
-            return str(at)
-    return None
+def _changed_in_place(a: Signature | None, b: Signature | None) -> bool:
+    """Whether the rules file (the first watched) is one file (device and inode) in both,
+    with another content. The other files are the loader's to check (a learned overlay
+    changed in place is reopened, never a reason to drop the base rules)."""
+    if a is None or b is None or a[0] is None or b[0] is None:
+        return False
+    return a[0][:2] == b[0][:2] and a[0] != b[0]
 
 
 @dataclass(frozen=True)
@@ -171,10 +170,8 @@ class LiveRules(Generic[T_co]):
         current = self._current
         if current is not None and signature == current.signature:
             return False
-        in_place = None if current is None else _changed_in_place(signature, current.signature)
-        if in_place is not None:
-            path = self._watch[int(in_place)]
-            self._drop(f"{path} was changed in place (replace snapshots by rename)")
+        if current is not None and _changed_in_place(signature, current.signature):
+            self._drop(f"{self._watch[0]} was changed in place (replace snapshots by rename)")
         return self._reload("file change" if current is not None else "retry")
 
     def reload(self) -> bool:

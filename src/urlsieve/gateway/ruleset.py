@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from urlsieve import __version__
-from urlsieve.exceptions import ConfigError
+from urlsieve.exceptions import ConfigError, UrlsieveError
 from urlsieve.filter import Filter
 from urlsieve.gateway.config import GatewayConfig
 from urlsieve.layered import LayeredFilter
@@ -109,15 +109,26 @@ class LayeredLoader:
     The base is loaded again only when its snapshot file changed or a reload was asked
     for (:meth:`invalidate`): an overlay change — every few seconds while the gateway
     learns — reopens only the small overlay, whatever the size of the base lists. A
-    missing overlay file means nothing is learned yet.
+    missing overlay file means nothing is learned yet. An overlay that cannot be opened
+    never costs the base rules: the last good overlay stays (the base alone when there is
+    none, or when the bad file is the last one rewritten in place), and ``log`` says why.
     """
 
-    def __init__(self, load_base: Callable[[], Filter], base: str | None, overlay: str) -> None:
+    def __init__(
+        self,
+        load_base: Callable[[], Filter],
+        base: str | None,
+        overlay: str,
+        log: Callable[[str], None] = lambda _msg: None,
+    ) -> None:
         self._load_base = load_base
         self._base_path = base
         self._overlay = overlay
+        self._log = log
         self._base: Filter | None = None
         self._base_signature: tuple[int, int] | None = None
+        self._last: Filter | None = None  # the last overlay that opened
+        self._last_inode: int | None = None
 
     def invalidate(self) -> None:
         self._base = None
@@ -133,17 +144,37 @@ class LayeredLoader:
         if self._base is None or signature != self._base_signature:
             self._base = self._load_base()
             self._base_signature = signature
-        overlay = Filter.load(self._overlay) if os.path.exists(self._overlay) else None
-        return LayeredFilter(self._base, overlay)
+        return LayeredFilter(self._base, self._open_overlay())
+
+    def _open_overlay(self) -> Filter | None:
+        try:
+            inode = os.stat(self._overlay).st_ino
+        except OSError:
+            self._last = self._last_inode = None
+            return None  # nothing learned yet (or forgotten)
+        try:
+            overlay = Filter.load(self._overlay)
+        except (UrlsieveError, OSError) as exc:
+            if self._last is not None and inode == self._last_inode:
+                self._last = self._last_inode = None  # its mapped bytes changed under us
+            kept = "the last good one" if self._last is not None else "none (base rules alone)"
+            self._log(f"learned overlay {self._overlay} cannot be used, keeping {kept}: {exc}")
+            return self._last
+        self._last, self._last_inode = overlay, inode
+        return overlay
 
 
 def rules_watch(config: GatewayConfig) -> list[str]:
-    """The files whose change reloads the rules: the base first, then the overlay."""
+    """The files whose change reloads the rules: the base first, then the overlay (not
+    under a policy, which does not use it)."""
     base = config.squidguard_conf or config.snapshot
-    return [p for p in (base, config.overlay) if p]
+    policed = config.policy is not None or config.squidguard_conf is not None
+    return [p for p in (base, None if policed else config.overlay) if p]
 
 
-def filter_loader(config: GatewayConfig) -> Callable[[], Filter]:
+def filter_loader(
+    config: GatewayConfig, log: Callable[[str], None] = lambda _msg: None
+) -> Callable[[], Filter]:
     """A function loading the configured rules: the snapshot when set, else the lists;
     with ``learn.overlay``, the learned overlay beside them (:class:`LayeredLoader`).
 
@@ -151,7 +182,7 @@ def filter_loader(config: GatewayConfig) -> Callable[[], Filter]:
     """
     base = base_loader(config)
     if config.overlay:
-        return LayeredLoader(base, config.snapshot, config.overlay)
+        return LayeredLoader(base, config.snapshot, config.overlay, log)
     return base
 
 

@@ -832,7 +832,7 @@ def create_app(
     ``unknown``: where URLs no rule decides go for learning (``urlsieve serve`` wires the
     learner's queue when ``learn.queue`` is set; the service never imports the learner).
     """
-    loader: Callable[[], Any] = load or policy_loader(config) or filter_loader(config)
+    loader: Callable[[], Any] = load or policy_loader(config) or filter_loader(config, log)
     token = config.read_token()
     trusted = AddressSet.of(parse_address(a) for a in config.trusted_proxies)
     caps = limits or ServiceLimits()

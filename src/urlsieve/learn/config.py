@@ -25,6 +25,7 @@
     delay = 0.0
     robots = true
     allow_networks = []            # e.g. ["127.0.0.0/8"]: private targets allowed explicitly
+    ports = [80, 443, 8000, 8080, 8443]   # ports fetched from public addresses
     hosts = {}                     # static name → address map, checked before DNS
 
     [learn.spool]
@@ -90,7 +91,7 @@ _TOP = {
 _CRAWL = {
     "user_agent": str, "timeout": float, "max_bytes": int, "concurrency": int, "per_host": int,
     "delay": float, "max_redirects": int, "robots": bool, "allow_networks": list, "hosts": dict,
-    "content_types": list,
+    "content_types": list, "ports": list,
 }  # fmt: skip
 _SPOOL = {"segment_bytes": int, "segment_seconds": float, "max_bytes": int}
 

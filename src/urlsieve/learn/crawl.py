@@ -104,6 +104,8 @@ class CrawlSettings:
     robots_max_bytes: int = 500 * 1024
     max_crawl_delay: float = 10.0
     allow_networks: tuple[str, ...] = ()
+    #: Ports fetched from public addresses (any port inside ``allow_networks``).
+    ports: tuple[int, ...] = (80, 443, 8000, 8080, 8443)
     hosts: Mapping[str, str | Sequence[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -267,7 +269,7 @@ class Crawler:
     def __init__(self, settings: CrawlSettings, *, check_hop: HopCheck | None = None) -> None:
         self.settings = settings
         self.check_hop = check_hop
-        self.guard = Guard(settings.allow_networks)
+        self.guard = Guard(settings.allow_networks, settings.ports)
         self.stats = CrawlStats()
         self._session: aiohttp.ClientSession | None = None
         self._semaphore: asyncio.Semaphore | None = None
@@ -367,6 +369,9 @@ class Crawler:
     ) -> Page | str:
         """Request one URL: a Page, or the Location of a redirect."""
         refused = self.guard.check_host(target.host)
+        literal = self.guard.literal(target.host)
+        if refused is None and literal is not None:  # aiohttp resolves no IP literal
+            refused = self.guard.check_port(target.host, target.port, [literal])
         if refused is not None:
             raise _Stop("refused", refused)
         if self.settings.robots:

@@ -152,7 +152,11 @@ class Guard:
     that carries an IPv4 address is allowed when the IPv4 address is.
     """
 
-    def __init__(self, allow_networks: Iterable[str] = ()) -> None:
+    def __init__(self, allow_networks: Iterable[str] = (), ports: Iterable[int] = ()) -> None:
+        """``ports``: the only ports fetched from addresses outside ``allow_networks``
+        (empty: any port), so that LAN clients cannot aim the crawler at other services
+        (``http://mail.example:25/``)."""
+        self.ports = frozenset(ports)
         nets: list[Network] = []
         for text in allow_networks:
             try:
@@ -200,6 +204,31 @@ class Guard:
             return self.check(normalise_ipv4(text))
         except InvalidURL as exc:
             return f"{host!r} is not a usable host ({exc.reason})"
+
+    def check_port(self, host: str, port: int, addresses: Sequence[str]) -> str | None:
+        """The reason to refuse ``port`` of ``host`` (resolved to ``addresses``): a port not
+        in ``ports`` is fetched only from addresses ``allow_networks`` opens."""
+        if not self.ports or port in self.ports:
+            return None
+        for address in addresses:
+            try:
+                ip = _parse_address(address)
+            except ValueError:
+                return f"{host}: {address!r} is not an IP address"
+            if not self._allowed(ip):
+                shown = ", ".join(map(str, sorted(self.ports)))
+                return f"{host}:{port}: the crawler fetches only ports {shown} (learn.crawl.ports)"
+        return None
+
+    def literal(self, host: str) -> str | None:
+        """The address a URL host that is an IP literal (any spelling) names, else None."""
+        text = host.rstrip(".").lower()
+        try:
+            if text.startswith("["):
+                return str(_parse_address(text))
+            return normalise_ipv4(text) if is_ipv4(text) else None
+        except (ValueError, InvalidURL):
+            return None
 
     def check_all(self, host: str, addresses: Sequence[str]) -> str | None:
         """The reason to refuse ``host`` when any of its ``addresses`` is forbidden."""
@@ -284,7 +313,8 @@ class GuardedResolver(AbstractResolver):
             self.refused += 1
             raise AddressRefused(host, literal)
         results = await self._lookup(host, port, family)
-        why = self.guard.check_all(host, [r["host"] for r in results])
+        addresses = [r["host"] for r in results]
+        why = self.guard.check_all(host, addresses) or self.guard.check_port(host, port, addresses)
         if why is not None:
             self.refused += 1
             raise AddressRefused(host, why)

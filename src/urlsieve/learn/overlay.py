@@ -4,10 +4,15 @@ The trees are squidGuard-style category directories any urlsieve reader (and an
 administrator) can read, each rule preceded by its provenance comment::
 
     learned/block/gambling/urls      # learned block category=gambling score=85 phrases=…
-                                     casino.test/en/casino.html
+                                     =casino.test/en/casino.html|
     learned/block/gambling/domains   promoted hosts (enough pages of one host alike)
     learned/allow/clean/urls         pages classified clean (the learned allow list)
     learned/allow/override/…         an operator's ``learn allow``
+
+A learned page is written as an exact rule (``=host/path|``: that host, that path), not as
+the list line ``host/path``, which would also cover every page below the path and every
+subdomain: a clean front page would otherwise allow a whole shared host unclassified.
+Only promotion (enough pages of one host alike) makes a host rule.
 
 The overlay snapshot is compiled from them and replaces the old one by rename, so a
 gateway (which watches the file) swaps it in between two requests. It holds only what
@@ -28,7 +33,15 @@ from urlsieve.filter import Filter
 from urlsieve.learn.verdicts import Learned, VerdictStore
 from urlsieve.match.snapshot import SnapshotInfo
 
-__all__ = ["CLEAN_CATEGORY", "OverlayBuild", "build_overlay", "promoted_hosts", "render_tree"]
+__all__ = [
+    "CLEAN_CATEGORY",
+    "OverlayBuild",
+    "build_overlay",
+    "category_directory",
+    "promoted_hosts",
+    "render_tree",
+    "rule_line",
+]
 
 #: The category of the learned allow list (pages classified clean).
 CLEAN_CATEGORY = "clean"
@@ -44,10 +57,27 @@ class OverlayBuild:
     info: SnapshotInfo
 
 
+def rule_line(verdict: Learned) -> str:
+    """The list line enforcing ``verdict``: its host for a host rule, else the exact rule
+    for its page (that host only, that path only: a trailing ``|`` of the path itself stays
+    part of the path)."""
+    return verdict.key if verdict.is_host else f"={verdict.key}|"
+
+
+def category_directory(category: str) -> str:
+    """``category`` as one directory name inside the tree: path separators, NUL and other
+    control characters become ``_``, and an empty or dot-led name is prefixed with ``_``,
+    so no category (an operator's ``--category``, a phrase list's) writes outside it; it is
+    cut to 60 characters (a file name has a length limit in bytes)."""
+    name = "".join("_" if c in "/\\" or ord(c) < 0x20 or c == "\x7f" else c for c in category[:60])
+    return f"_{name}" if not name or name.startswith(".") else name
+
+
 def promoted_hosts(verdicts: Iterable[Learned], after: int) -> dict[str, Learned]:
-    """Hosts to block as a whole: at least ``after`` learned pages of the host blocked
+    """Hosts to block as a whole: at least ``after`` pages of the host classified blocked
     under one category, and none of its pages classified clean or allowed by an operator.
-    ``after`` 0 turns promotion off."""
+    Redirect verdicts do not count: a short link or an open redirect to a blocked site
+    says nothing about the host's own pages. ``after`` 0 turns promotion off."""
     if after <= 0:
         return {}
     blocked: dict[str, Counter[str]] = defaultdict(Counter)
@@ -58,7 +88,7 @@ def promoted_hosts(verdicts: Iterable[Learned], after: int) -> dict[str, Learned
             continue
         if v.action == "allow":
             allowed.add(v.host)
-        elif v.source != "override":
+        elif v.source == "learned":
             blocked[v.host][v.category] += 1
             scores[(v.host, v.category)].append(v)
     promoted = {}
@@ -108,12 +138,12 @@ def render_tree(store: VerdictStore, tree: Path, *, promote_after: int = 3) -> t
     for v in [*verdicts, *promoted.values()]:
         side = "block" if v.action == "block" else "allow"
         category = (
-            v.category
+            category_directory(v.category)
             if side == "block"
             else ("override" if v.source == "override" else CLEAN_CATEGORY)
         )
         kind = "domains" if v.is_host else "urls"
-        files[tree / side / category / kind] += [f"# {v.provenance()}\n", f"{v.key}\n"]
+        files[tree / side / category / kind] += [f"# {v.provenance()}\n", f"{rule_line(v)}\n"]
     for old in tree.glob("*/*/*"):
         if old.is_file() and old not in files and old.name in ("urls", "domains"):
             _write(old, [])

@@ -18,7 +18,6 @@ blocked with the hop's category, without a page to classify.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import os
 import socket
@@ -238,7 +237,7 @@ class Learner:
             max_bytes=self.spool_max_bytes,
             segment_seconds=self.segment_seconds,
         )
-        inflight: set[asyncio.Task[None]] = set()
+        inflight: set[asyncio.Task[tuple[Job, Fetched | Exception]]] = set()
         backoff = self.poll_seconds
         try:
             async with Crawler(self.crawl_settings, check_hop=self.check_hop) as crawler:
@@ -258,51 +257,76 @@ class Learner:
                             backoff = min(backoff * 2, 10.0)
                             continue
                     self.stats.claimed += len(jobs)
-                    for job in jobs:
-                        task = asyncio.create_task(self._one(crawler, spool, job))
-                        inflight.add(task)
-                        task.add_done_callback(inflight.discard)
+                    inflight.update(asyncio.create_task(self._fetch(crawler, j)) for j in jobs)
                     # A segment old enough is closed: the classifier sees its pages now.
                     await asyncio.to_thread(spool.rotate_if_due)
                     if inflight:
-                        await asyncio.wait(
+                        finished, inflight = await asyncio.wait(
                             inflight, timeout=self.poll_seconds, return_when="FIRST_COMPLETED"
                         )
+                        if finished:
+                            results = [task.result() for task in finished]
+                            await asyncio.to_thread(self._finish, spool, results)
                     elif until_idle and not jobs:
                         break
                     elif not jobs:
                         await asyncio.sleep(self.poll_seconds)
                 if inflight:
-                    await asyncio.gather(*inflight, return_exceptions=True)
+                    results = list(await asyncio.gather(*inflight))
+                    await asyncio.to_thread(self._finish, spool, results)
         finally:
             await asyncio.to_thread(spool.close)
             self._spool = None
 
-    async def _one(self, crawler: Crawler, spool: Spool, job: Job) -> None:
+    async def _fetch(self, crawler: Crawler, job: Job) -> tuple[Job, Fetched | Exception]:
         try:
-            fetched = await crawler.fetch(job.url, queued_at=job.first_seen)
+            return job, await crawler.fetch(job.url, queued_at=job.first_seen)
+        except Exception as exc:  # the crawler never raises for the network; a bug might
+            return job, exc
+
+    def _finish(self, spool: Spool, results: list[tuple[Job, Fetched | Exception]]) -> None:
+        """Hand the fetched pages of a batch to the spool with one fsync, then tell the
+        queue: a job is done only once its page is on disk (or it has a verdict, or an
+        outcome that gives none); a failed fetch is retried later."""
+        pages, kept, verdicts, retry = [], [], [], []
+        now = self.clock()
+        for job, fetched in results:
+            if isinstance(fetched, Exception):
+                self.stats.outcomes["error"] += 1
+                self.log(f"fetching {job.url[:200]!r} failed: {fetched!r}")
+                retry.append(job)
+                continue
             self.stats.outcomes[fetched.outcome] += 1
             if fetched.outcome == "page" and fetched.page is not None:
-                await asyncio.to_thread(spool.append, fetched.page)
-                await asyncio.to_thread(self.queue.done, [job])
+                pages.append(fetched.page)
+                kept.append(job)
             elif fetched.outcome == "redirect-blocked":
-                verdict = redirect_verdict(job, fetched, self.clock())
+                verdict = redirect_verdict(job, fetched, now)
                 if verdict is not None:
-                    await asyncio.to_thread(self.store.put, [verdict])
-                    self._dirty = True
-                await asyncio.to_thread(self.queue.done, [job])
+                    verdicts.append(verdict)
+                kept.append(job)
             elif fetched.outcome in _RETRY:
-                await asyncio.to_thread(self.queue.retry, [job], delay=self.retry_seconds)
+                retry.append(job)
             else:
-                await asyncio.to_thread(self.queue.done, [job])
-        except QueueUnavailable as exc:  # the lease runs out: another learner takes the job
-            self.stats.queue_errors += 1
-            self.log(f"queue unavailable while finishing {job.url[:200]!r}: {exc}")
-        except Exception as exc:  # the spool is full, the verdicts cannot be written, a bug
+                kept.append(job)
+        try:
+            spool.extend(pages)
+            if verdicts:
+                self.store.put(verdicts)
+                self._dirty = True
+        except Exception as exc:  # the spool is full, the verdicts cannot be written
             self.stats.spool_errors += 1
-            self.log(f"cannot keep {job.url[:200]!r}, it will be retried: {exc!r}")
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(self.queue.retry, [job], delay=self.retry_seconds)
+            self.log(f"cannot keep {len(pages)} pages, they will be fetched again: {exc!r}")
+            retry += kept
+            kept = []
+        try:
+            if kept:
+                self.queue.done(kept)
+            if retry:
+                self.queue.retry(retry, delay=self.retry_seconds)
+        except QueueUnavailable as exc:  # the leases run out: another learner takes the jobs
+            self.stats.queue_errors += 1
+            self.log(f"queue unavailable while finishing {len(results)} jobs: {exc}")
 
     # -- the classify loop -------------------------------------------------------------
 

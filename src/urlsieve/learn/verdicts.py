@@ -13,6 +13,7 @@ by :mod:`urlsieve.learn.overlay`.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -22,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from urlsieve.exceptions import InvalidURL, LearnError, QueueCorrupt
-from urlsieve.url import parse_url
+from urlsieve.url import CRAWLER, canonicalize, parse_url
 
 __all__ = ["SOURCES", "Learned", "VerdictStore", "rule_key"]
 
 #: Where a verdict comes from, weakest first.
 SOURCES = ("learned", "redirect", "override")
+
+#: What a provenance comment must not carry (C0 and C1 controls, DEL).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 _SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -55,12 +59,18 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 def rule_key(url: str) -> tuple[str, str]:
     """``(key, host)`` of a URL: the list line that matches it (host, path and query,
     no scheme) and its host. A bare host (``example.com``) is a host rule's key.
+    The query is read as the learner's queue reads it (the crawler profile: sorted, no
+    tracking parameters), which is also how the gateway looks learned rules up
+    (:func:`urlsieve.layered.learned_form`), so every spelling of a page has one key.
     :class:`InvalidURL` for what has no usable host."""
     text = url.strip()
     if "/" not in text and ":" not in text:  # a host name on its own: a host rule
         parsed = parse_url(f"http://{text}/")
         return parsed.host, parsed.host
-    parsed = parse_url(text if "://" in text else f"http://{text}")
+    text = text if "://" in text else f"http://{text}"
+    if "?" in text:
+        text = canonicalize(text, profile=CRAWLER)
+    parsed = parse_url(text)
     return parsed.location, parsed.host
 
 
@@ -106,7 +116,9 @@ class Learned:
             parts.append(f"sha256={self.content_hash[:16]}")
         if self.note:
             parts.append(f"note={json.dumps(self.note, ensure_ascii=False)}")
-        return " ".join(parts).replace("\n", " ").replace("\r", " ")
+        # One comment line, readable by the list reader: no line break, and no NUL (a list
+        # file with a NUL byte is refused whole as binary) nor other control character.
+        return _CONTROL.sub(" ", " ".join(parts))
 
 
 class VerdictStore:
@@ -135,11 +147,7 @@ class VerdictStore:
                     f"{_SCHEMA_VERSION}: upgrade urlsieve or move the file away",
                 )
         except sqlite3.DatabaseError as exc:
-            raise QueueCorrupt(
-                self.path,
-                f"not a urlsieve verdict database ({exc}): move it away and let the learner "
-                "start a new one (learned rules are lost, the lists it rendered stay)",
-            ) from exc
+            raise _damaged(self.path, exc) from exc
 
     def close(self) -> None:
         with self._lock:
@@ -157,14 +165,23 @@ class VerdictStore:
                 self._db.execute("BEGIN IMMEDIATE")
                 self._db.executemany(sql, rows)
                 self._db.execute("COMMIT")
-            except sqlite3.OperationalError as exc:
+            except (sqlite3.Error, UnicodeEncodeError) as exc:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+                    exc, sqlite3.OperationalError | sqlite3.IntegrityError
+                ):
+                    raise _damaged(self.path, exc) from exc
                 raise LearnError(f"{self.path}: cannot write the verdicts: {exc}") from exc
 
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         with self._lock:
-            return self._db.execute(sql, args).fetchall()
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as exc:
+                raise LearnError(f"{self.path}: cannot read the verdicts: {exc}") from exc
+            except sqlite3.DatabaseError as exc:
+                raise _damaged(self.path, exc) from exc
 
     def put(self, verdicts: Sequence[Learned]) -> None:
         """Store verdicts; an override is never replaced by a learned or redirect verdict."""
@@ -241,6 +258,14 @@ class VerdictStore:
         }
 
 
+def _damaged(path: str, exc: sqlite3.DatabaseError) -> QueueCorrupt:
+    return QueueCorrupt(
+        path,
+        f"not a urlsieve verdict database, or a damaged one ({exc}): move it away and let the "
+        "learner start a new one (learned rules are lost, the lists it rendered stay)",
+    )
+
+
 def _learned(row: tuple[Any, ...]) -> Learned:
     (key, host, action, category, source, score, evidence, url, final_url, content_hash,
      fetched_at, first_seen, decided_at, note) = row  # fmt: skip
@@ -251,7 +276,7 @@ def _learned(row: tuple[Any, ...]) -> Learned:
         category=category,
         source=source,
         score=score,
-        evidence=tuple((str(p), int(w), int(n)) for p, w, n in json.loads(evidence)),
+        evidence=_evidence(evidence),
         url=url,
         final_url=final_url,
         content_hash=content_hash,
@@ -260,3 +285,12 @@ def _learned(row: tuple[Any, ...]) -> Learned:
         decided_at=decided_at,
         note=note,
     )
+
+
+def _evidence(text: str) -> tuple[tuple[str, int, int], ...]:
+    """A row's evidence column; a damaged one (edited by hand, half written) reads as no
+    evidence, so one bad row costs its provenance, not every other learned rule."""
+    try:
+        return tuple((str(p), int(w), int(n)) for p, w, n in json.loads(text))
+    except (TypeError, ValueError):
+        return ()
