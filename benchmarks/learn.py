@@ -447,6 +447,32 @@ def prefilter() -> dict[str, float]:
     }
 
 
+def plot(figures: dict[str, Any], png: Path) -> None:
+    """The enforcement latency's distribution, one curve per base size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, result in sorted(figures.items()):
+        if not key.startswith("enforce_x"):
+            continue
+        values = sorted(result["latencies"])
+        share = [(i + 1) / len(values) for i in range(len(values))]
+        label = f"base {result['base_rules'] / 1e6:.1f}M rules (p50 {result['p50']:.2f} s)"
+        ax.step(values, share, where="post", label=label)
+    ax.axvline(2.0, color="grey", linestyle="--", linewidth=0.8)
+    ax.text(2.0, 0.9, " goal: p50 ≤ 2 s", color="grey")
+    ax.set_xlabel("seconds from the first request to the learned verdict at the gateway")
+    ax.set_ylabel("share of unknown URLs")
+    ax.set_xlim(0, 2.5)
+    ax.legend(loc="center right")
+    ax.set_title("Time to enforcement (allow-first, loopback origin)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serve", help=argparse.SUPPRESS)
@@ -457,9 +483,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=20.0, help="new unknown URLs per second")
     parser.add_argument("--pages", type=int, default=3000, help="pages for throughput")
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--plot", metavar="JSON", help="only plot the enforce curves of JSON")
     args = parser.parse_args(argv)
     if args.serve:
         serve(args.serve, args.size)
+        return 0
+    if args.plot:
+        plot(json.loads(Path(args.plot).read_text()), ROOT / "benchmarks" / "learn-enforcement.png")
         return 0
     out: dict[str, object] = {}
     if args.only in (None, "prefilter"):
