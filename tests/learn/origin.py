@@ -201,6 +201,8 @@ PAGES: dict[str, Route] = _pages()
 class Origin:
     port: int
     hits: list[str] = field(default_factory=list)
+    #: ``(User-Agent, host+path)`` of every request, in order.
+    agents: list[tuple[str, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def fetched(self, path: str) -> int:
@@ -222,6 +224,7 @@ def origin_server(pages: dict[str, Route] | None = None) -> Iterator[Origin]:
             host = (self.headers.get("Host") or "-").split(":")[0]
             with origin.lock:
                 origin.hits.append(f"{host}{self.path}")
+                origin.agents.append((self.headers.get("User-Agent") or "", f"{host}{self.path}"))
             route = table.get(self.path.split("?", 1)[0])
             if route is None:
                 route = Route(404, (("Content-Type", "text/plain"),), b"not found\n", "-")

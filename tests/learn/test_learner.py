@@ -5,6 +5,7 @@ gateway's rules then enforce; overrides survive re-learning; the review commands
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,3 +169,28 @@ def test_a_host_is_promoted_when_enough_pages_agree(tmp_path: Path, origin: Orig
     verdict = rules.check(f"http://promo.test:{origin.port}/never/seen.html")
     assert (verdict.action, verdict.category) == ("block", "gambling")
     assert verdict.rule is not None and verdict.rule.where.endswith("gambling/domains:2")
+
+
+def test_a_job_is_finished_only_once_its_verdict_is_stored(tmp_path: Path, origin: Origin) -> None:
+    conf = write_config(tmp_path, origin)
+    conf.write_text(
+        conf.read_text("utf-8").replace("batch = 16", "batch = 16\nlease_seconds = 1"), "utf-8"
+    )
+    paths = ["/en/casino.html", "/en/clean.html", "/zh/gbk-meta.html"]
+    urls = [f"http://{host_of(p)}:{origin.port}{p}" for p in paths]
+    offer(conf, urls)
+    assert learn(conf, "run", "--crawl-only", "--until-idle") == 0  # fetched, spooled
+    queue = open_queue(f"sqlite:{tmp_path / 'state' / 'queue.db'}")
+    assert queue.stats().leased == 3  # no verdict yet: still leased, not done
+    queue.close()
+    shutil.rmtree(tmp_path / "state" / "spool")  # the learner's machine is lost
+    time.sleep(1.2)  # the leases run out
+    assert learn(conf, "run", "--until-idle") == 0
+    rules = filter_loader(load_config(str(conf)))()
+    assert [rules.check(u).action for u in urls] == ["block", "allow", "block"]
+    for path in paths:  # fetched again by the second learner: nothing lost
+        assert origin.hits.count(f"{host_of(path)}{path}") == 2
+    queue = open_queue(f"sqlite:{tmp_path / 'state' / 'queue.db'}")
+    stats = queue.stats()
+    queue.close()
+    assert (stats.leased, stats.waiting, stats.done) == (0, 0, 3)

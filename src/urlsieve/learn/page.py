@@ -25,6 +25,9 @@ class Page:
     #: When the gateway first saw the URL (epoch seconds): time to enforcement is measured
     #: from it. None when unknown (a URL queued by hand).
     queued_at: float | None = None
+    #: The queue's key of the job this page answers: the classifier finishes the job once
+    #: the page's verdict is stored, so a learner that dies before loses nothing.
+    job: str | None = None
 
     def header(self, name: str) -> str | None:
         """The first header called ``name`` (any case), or None."""

@@ -6,10 +6,14 @@ directory:
 
 * the **crawl loop** claims unknown URLs from the queue, fetches them (robots, SSRF
   guard, every redirect hop checked against the gateway's rules) and appends each page
-  to the spool; a job is done once its page is acknowledged by the spool (fsynced), so a
-  crash loses no page and the queue hands an unfinished job to another learner;
+  to the spool (fsynced), the job's key with it;
 * the **classify loop** reads closed spool segments, classifies every page, stores the
-  verdicts, and rebuilds the overlay snapshot the gateway swaps in.
+  verdicts, finishes the pages' jobs in the queue, and rebuilds the overlay snapshot the
+  gateway swaps in.
+
+A job stays leased until its verdict is stored: a learner that dies anywhere between the
+claim and the verdict loses nothing, since the queue hands the job to another learner
+when the lease runs out (a verdict stored twice is the same row).
 
 A redirect to a blocked URL is a verdict of its own (``redirect``): the start URL is
 blocked with the hop's category, without a page to classify.
@@ -18,6 +22,7 @@ blocked with the hop's category, without a page to classify.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import os
 import socket
@@ -58,6 +63,7 @@ class LearnStats:
     classified: Counter[str] = field(default_factory=Counter)  # category or "clean"
     queue_errors: int = 0
     spool_errors: int = 0
+    stale: int = 0  # pages whose job another learner had finished first
     overlay_builds: int = 0
     overlay_seconds: float = 0.0
     latency_buckets: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS))
@@ -150,6 +156,12 @@ def learned_from(page: Page, result: Classification, now: float) -> list[Learned
             )
         )
     return out
+
+
+def _job_of(page: Page) -> Job:
+    """The queue job a spooled page answers (what :meth:`UnknownQueue.done` needs)."""
+    assert page.job is not None
+    return Job(page.url, page.job, page.queued_at or 0.0, 0, 0, 0)
 
 
 def redirect_verdict(job: Job, fetched: Fetched, now: float) -> Learned | None:
@@ -298,8 +310,8 @@ class Learner:
                 continue
             self.stats.outcomes[fetched.outcome] += 1
             if fetched.outcome == "page" and fetched.page is not None:
-                pages.append(fetched.page)
-                kept.append(job)
+                # Done by the classifier, once the verdict is stored (the job stays leased).
+                pages.append(dataclasses.replace(fetched.page, job=job.key))
             elif fetched.outcome == "redirect-blocked":
                 verdict = redirect_verdict(job, fetched, now)
                 if verdict is not None:
@@ -317,6 +329,8 @@ class Learner:
         except Exception as exc:  # the spool is full, the verdicts cannot be written
             self.stats.spool_errors += 1
             self.log(f"cannot keep {len(pages)} pages, they will be fetched again: {exc!r}")
+            by_key = {job.key: job for job, _ in results}
+            retry += [by_key[p.job] for p in pages if p.job in by_key]
             retry += kept
             kept = []
         try:
@@ -340,10 +354,13 @@ class Learner:
         while (claim := claim_next(self.spool_dir)) is not None:
             with claim:  # leaving without done() gives the segment back
                 found: list[Learned] = []
+                page_jobs: list[Job] = []
                 try:
                     for page in claim.pages():
                         pages += 1
                         found += self._classify(page)
+                        if page.job is not None:
+                            page_jobs.append(_job_of(page))
                 except SpoolCorrupt as exc:
                     self.stats.spool_errors += 1
                     aside = claim.path.with_name(claim.path.name + ".corrupt")
@@ -356,6 +373,7 @@ class Learner:
                     self.store.put(found)  # stored before the segment is deleted
                     verdicts += found
                     self._dirty = True
+                self._finish_jobs(page_jobs)
                 claim.done()
         if self._dirty:
             self._dirty = False
@@ -367,6 +385,20 @@ class Learner:
         if pages or verdicts:
             self.write_metrics()
         return pages
+
+    def _finish_jobs(self, jobs: list[Job]) -> None:
+        """Tell the queue the pages' jobs are done (their verdicts are stored). A job another
+        learner finished first counts as stale; a queue that does not answer leaves the
+        jobs leased: they run out and are fetched again (nothing is lost)."""
+        if not jobs:
+            return
+        try:
+            finished = self.queue.done(jobs)
+        except LearnError as exc:
+            self.stats.queue_errors += 1
+            self.log(f"queue unavailable, {len(jobs)} jobs will be fetched again: {exc}")
+            return
+        self.stats.stale += len(jobs) - finished
 
     def _classify(self, page: Page) -> list[Learned]:
         assert self.classifier is not None

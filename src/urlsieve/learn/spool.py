@@ -31,8 +31,9 @@ crawler got them (Latin-1) and the body *decoded*; so that WARC tools read it ri
 ``X-Urlsieve-Original-<name>`` and a ``Content-Length`` of the stored body is added
 last (the reader restores the original list exactly). The :class:`Page` fields HTTP
 has no place for are WARC headers: ``WARC-Urlsieve-Start-URI``, ``-Hops`` (JSON),
-``-Fetched-At``, ``-Queued-At``, ``-Truncated``. URLs are written as printable ASCII
-(other characters percent-escaped, which the crawler's canonical URLs never have);
+``-Fetched-At``, ``-Queued-At``, ``-Truncated``, ``-Job`` (the queue's key, escaped).
+URLs are written as printable ASCII (other characters percent-escaped, which the
+crawler's canonical URLs never have);
 CR and LF in a header (no HTTP parser lets one through) become spaces.
 
 The records are written here rather than with warcio's writer because warcio
@@ -60,6 +61,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
+from urllib.parse import quote, unquote
 
 from urlsieve.exceptions import LearnError, SpoolCorrupt
 from urlsieve.learn.page import Page
@@ -151,6 +153,8 @@ def _record(page: Page) -> bytes:
     ]
     if page.queued_at is not None:
         headers.append(("WARC-Urlsieve-Queued-At", repr(float(page.queued_at))))
+    if page.job is not None:
+        headers.append(("WARC-Urlsieve-Job", quote(page.job, safe="")))
     headers.append(("Content-Length", str(len(block))))
     head = "WARC/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
     return head.encode("ascii") + block + b"\r\n\r\n"
@@ -410,6 +414,7 @@ def _page(data: bytes) -> Page | None:
     if not isinstance(hops, list) or not all(isinstance(h, str) for h in hops):
         raise ValueError("WARC-Urlsieve-Hops is not a list of URLs")
     queued = warc.get("warc-urlsieve-queued-at")
+    job = warc.get("warc-urlsieve-job")
     return Page(
         url=warc.get("warc-urlsieve-start-uri", target),
         final_url=target,
@@ -420,6 +425,7 @@ def _page(data: bytes) -> Page | None:
         truncated=warc.get("warc-urlsieve-truncated") == "yes",
         hops=tuple(hops),
         queued_at=None if queued is None else float(queued),
+        job=None if job is None else unquote(job),
     )
 
 
