@@ -210,6 +210,7 @@ class Learner:
         poll_seconds: float = 0.05,
         retry_seconds: float = 30.0,
         metrics_file: Path | None = None,
+        progress: Callable[[LearnStats, int | None], None] | None = None,
         log: Callable[[str], None] = lambda _msg: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -231,6 +232,7 @@ class Learner:
         self.poll_seconds = poll_seconds
         self.retry_seconds = retry_seconds
         self.metrics_file = metrics_file
+        self.progress = progress
         self.log = log
         self.clock = clock
         self.stats = LearnStats()
@@ -420,17 +422,25 @@ class Learner:
     async def classify(self, stop: asyncio.Event, *, until: asyncio.Event | None = None) -> None:
         """Classify closed segments as they come until ``stop`` is set, or until ``until``
         is set and nothing is left to classify."""
-        written = time.monotonic()
         while not stop.is_set():
             finished = until is not None and until.is_set()
             pages = await asyncio.to_thread(self.classify_ready)
-            if time.monotonic() - written >= 1.0:  # the metrics file follows the crawler too
-                await asyncio.to_thread(self.write_metrics)
-                written = time.monotonic()
             if not pages:
                 if finished:
                     break
                 await asyncio.sleep(self.poll_seconds)
+
+    async def _tick(self) -> None:
+        """Every second: the metrics file, and ``progress`` (a terminal's status line)."""
+        while True:
+            await asyncio.sleep(1.0)
+            await asyncio.to_thread(self.write_metrics)
+            if self.progress is not None:
+                try:
+                    depth = await asyncio.to_thread(self.queue.depth)
+                except LearnError:
+                    depth = None
+                self.progress(self.stats, depth)
 
     def write_metrics(self) -> None:
         if self.metrics_file is None:
@@ -467,7 +477,7 @@ class Learner:
             finally:
                 crawled.set()
 
-        tasks = []
+        tasks = [asyncio.create_task(self._tick())]
         if crawl:
             tasks.append(asyncio.create_task(crawl_then_say()))
         else:
@@ -476,7 +486,7 @@ class Learner:
             until = crawled if until_idle else None
             tasks.append(asyncio.create_task(self.classify(stop, until=until)))
         try:
-            await asyncio.gather(*tasks)
+            await asyncio.gather(*tasks[1:])
         finally:
             for task in tasks:
                 task.cancel()

@@ -87,7 +87,9 @@ _ORIGINAL = "X-Urlsieve-Original-"
 _RENAMED = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 _NOT_PRINTABLE = re.compile(r"[^!-~]")
 _READ = 1 << 20
-_GZIP_LEVEL = 6
+#: zlib level 1: 3x the speed of level 6 (0.3 ms against 1 ms per 20 kB page, the whole
+#: per-page budget at 500 pages/s) for a ratio of 0.36 against 0.31 on HTML.
+_GZIP_LEVEL = 1
 
 
 class SpoolFull(LearnError):
