@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from urlsieve.exceptions import ConfigError, InvalidURL
+from urlsieve.exceptions import ConfigError, InvalidURL, LearnError
 
 __all__ = ["register"]
 
@@ -153,6 +153,7 @@ def _run(args: argparse.Namespace) -> int:
         spool_max_bytes=spool.get("max_bytes", 1 << 30),
         consumer=args.consumer,
         metrics_file=settings.directory / "learn.prom",
+        progress=_progress_line if sys.stderr.isatty() else None,
         log=log,
     )
     if not settings.overlay.exists() and not args.crawl_only:
@@ -187,12 +188,37 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _admin(args: argparse.Namespace) -> Any:
+    from urlsieve.learn.admin import LearnAdmin
+
+    return LearnAdmin(_settings(args))
+
+
+def _progress_line(stats: Any, depth: int | None) -> None:
+    """A status line a terminal rewrites in place every second."""
+    fetched = sum(stats.outcomes.values())
+    blocked = sum(n for c, n in stats.classified.items() if c != "clean")
+    queued = "?" if depth is None else str(depth)
+    print(
+        f"\r\x1b[Kqueue {queued}  claimed {stats.claimed}  fetched {fetched}  "
+        f"classified {sum(stats.classified.values())} ({blocked} blocked)  "
+        f"p50 to enforcement {_median(stats.latencies)}",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _median(values: list[float]) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"{ordered[len(ordered) // 2]:.2f} s"
+
+
 def _list(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    with _store(settings) as store:
-        for v in store.all(source=args.source):
-            if args.action and v.action != args.action:
-                continue
+    with _admin(args) as admin:
+        for v in admin.verdicts(args.source, args.action):
             print(f"{v.action}\t{v.category}\t{v.source}\t{v.score}\t{v.key}")
     return 0
 
@@ -200,63 +226,46 @@ def _list(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from urlsieve.learn.verdicts import rule_key
 
-    settings = _settings(args)
-    key, host = rule_key(args.url)
-    with _store(settings) as store:
-        found = store.get(key) or store.get(host)
-        if found is None:
-            print(f"{key}: nothing learned (unknown to the learner)")
-            return 1
-        print(f"rule:      {found.key}{'  (the whole host)' if found.is_host else ''}")
-        print(f"verdict:   {found.action} ({found.category}), by {found.source}")
-        if found.source != "override":
-            print(
-                f"score:     {found.score}  ({found.note})"
-                if found.note
-                else f"score: {found.score}"
-            )
-        for phrase, weight, count in found.evidence:
-            print(f"  phrase   {phrase!r} weight {weight} × {count}")
-        for label, value in (
-            ("url", found.url),
-            ("final", found.final_url),
-            ("sha256", found.content_hash),
-        ):
-            if value and (label != "final" or value != found.url):
-                print(f"{label + ':':<10} {value}")
-        when = found.fetched_at or found.decided_at
-        print(f"{'when:':<10} {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(when))}")
-        if found.source == "override" and found.note:
-            print(f"{'note:':<10} {found.note}")
+    with _admin(args) as admin:
+        found = admin.find(args.url)
+    if found is None:
+        print(f"{rule_key(args.url)[0]}: nothing learned (unknown to the learner)")
+        return 1
+    print(f"rule:      {found.key}{'  (the whole host)' if found.is_host else ''}")
+    print(f"verdict:   {found.action} ({found.category}), by {found.source}")
+    if found.source != "override":
+        print(
+            f"score:     {found.score}  ({found.note})" if found.note else f"score: {found.score}"
+        )
+    for phrase, weight, count in found.evidence:
+        print(f"  phrase   {phrase!r} weight {weight} × {count}")
+    for label, value in (
+        ("url", found.url),
+        ("final", found.final_url),
+        ("sha256", found.content_hash),
+    ):
+        if value and (label != "final" or value != found.url):
+            print(f"{label + ':':<10} {value}")
+    when = found.fetched_at or found.decided_at
+    print(f"{'when:':<10} {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(when))}")
+    if found.source == "override" and found.note:
+        print(f"{'note:':<10} {found.note}")
     return 0
 
 
 def _override(args: argparse.Namespace) -> int:
-    from urlsieve.learn.overlay import build_overlay, rule_line
-    from urlsieve.learn.verdicts import Learned, rule_key
-    from urlsieve.rules.model import parse_rule
-
-    settings = _settings(args)
-    key, host = rule_key(args.url)
-    category = args.category if args.action == "block" else "override"
-    override = Learned(
-        key=key,
-        host=host,
-        action=args.action,
-        category=category,
-        source="override",
-        url=args.url,
-        note=args.note,
+    category = args.category if args.action == "block" else None
+    with _admin(args) as admin:
+        try:
+            done = admin.override(args.url, args.action, category, args.note)
+        except ValueError as exc:  # refused input: say so, and that nothing was stored
+            raise LearnError(f"{admin.store.path}: nothing stored: {exc}") from exc
+        config_path = admin.settings.source_file
+    print(
+        f"{args.action} {done['key']} ({done['category']}): overlay rebuilt, "
+        f"{done['overlay_rules']} rules"
     )
-    # What the lists cannot hold (a top-level domain) is refused here, not skipped later.
-    parse_rule(rule_line(override), args.action, category, f"learn {args.action}")
-    with _store(settings) as store:
-        store.put([override])
-        built = build_overlay(
-            store, settings.tree, settings.overlay, promote_after=settings.promote_after
-        )
-    print(f"{args.action} {key} ({category}): overlay rebuilt, {built.rules} rules")
-    _warn_if_base_decides(settings.source_file, args.url, args.action)
+    _warn_if_base_decides(config_path, args.url, args.action)
     return 0
 
 
@@ -280,14 +289,11 @@ def _warn_if_base_decides(config_path: str | None, url: str, action: str) -> Non
 
 
 def _forget(args: argparse.Namespace) -> int:
-    from urlsieve.learn.overlay import build_overlay
     from urlsieve.learn.verdicts import rule_key
 
-    settings = _settings(args)
     key, _host = rule_key(args.url)
-    with _store(settings) as store:
-        gone = store.forget([key])
-        build_overlay(store, settings.tree, settings.overlay, promote_after=settings.promote_after)
+    with _admin(args) as admin:
+        gone = admin.forget(args.url)
     print(f"{key}: {'forgotten' if gone else 'nothing was learned'}; overlay rebuilt")
     return 0 if gone else 1
 

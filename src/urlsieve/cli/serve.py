@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tomllib
+from collections.abc import Callable
 from typing import Any
 
 from urlsieve.cli._gateway import add_rule_options, rule_overrides, unknown_feed
 from urlsieve.exceptions import ConfigError
-from urlsieve.gateway.config import load_config, parse_bind
+from urlsieve.gateway.config import GatewayConfig, load_config, parse_bind
+from urlsieve.gateway.learning import LearnAdmin as LearnReview
+
+__all__ = ["STARTUP_FAILED", "learn_admin", "register", "run"]
 
 #: Exit status when the application could not start (e.g. the seen store cannot be opened).
 STARTUP_FAILED = 2
@@ -21,7 +26,8 @@ def register(sub: Any) -> None:
         help="run the HTTP lookup service",
         description=(
             "Serve GET/POST /v1/check, GET /v1/explain, POST /v1/seen, GET /metrics, "
-            "GET /healthz and POST /v1/reload (token) on uvicorn. SIGHUP reloads the "
+            "GET /healthz and POST /v1/reload (token) on uvicorn; with a [learn] section "
+            "and a token, the review endpoints /v1/learn/* too. SIGHUP reloads the "
             "rules (the old ones stay on failure); SIGINT/SIGTERM stop. Needs "
             "pip install 'urlsieve[service]'."
         ),
@@ -58,8 +64,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"urlsieve serve: {message}", file=sys.stderr, flush=True)
 
     limits = ServiceLimits()
+    admin = learn_admin(config, log)
     feed = unknown_feed(config, log)
-    app = create_app(config, log=log, limits=limits, reload_on_sighup=True, unknown=feed)
+    app = create_app(
+        config, log=log, limits=limits, reload_on_sighup=True, unknown=feed, learn=admin
+    )
     try:
         if not serve(app, host, port, limits=limits, log_level=args.log_level, log=log):
             log("the service did not start (the error is above)")
@@ -67,4 +76,40 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if feed is not None:
             feed.close()
+        if admin is not None:
+            admin.close()
     return 0
+
+
+def learn_admin(config: GatewayConfig, log: Callable[[str], None]) -> LearnReview | None:
+    """The learned verdicts for the service's ``/v1/learn/*`` endpoints
+    (:class:`urlsieve.learn.admin.LearnAdmin`), or None when they stay off: no config
+    file or no ``[learn]`` section (silently), a section without the learner's keys
+    (``learn.directory``: the learner runs elsewhere) or no ``service.token`` (logged).
+    The verdict store is opened now, so a damaged one fails at start-up."""
+    path = config.source_file
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            has_learn = isinstance(tomllib.load(fh).get("learn"), dict)
+    except (OSError, tomllib.TOMLDecodeError):
+        return None  # load_config has read it: a file that changed since is not ours
+    if not has_learn:
+        return None
+    from urlsieve.learn.admin import LearnAdmin
+    from urlsieve.learn.config import read_learn_settings
+
+    try:
+        settings = read_learn_settings(path)
+    except ConfigError as exc:
+        log(f"the learn endpoints (/v1/learn/*) are off: {exc}")
+        return None
+    if config.read_token() is None:
+        log(
+            "the learn endpoints (/v1/learn/*) are off: they need service.token or "
+            "service.token_file"
+        )
+        return None
+    admin: LearnReview = LearnAdmin(settings)  # checked against the service's protocol
+    return admin

@@ -13,6 +13,21 @@ Endpoints (the OpenAPI document is served at ``/openapi.json``):
 ``POST /v1/reload``    reload the rules; ``Authorization: Bearer <token>``
 =====================  ==============================================================
 
+With a learner configured (``[learn]`` with ``learn.directory``, wired by ``urlsieve
+serve``) and a token, the review and override endpoints, all ``Authorization: Bearer
+<token>`` (404 when either is missing):
+
+=============================  ======================================================
+``GET /v1/learn/verdicts``     ``?source=&action=&limit=&offset=``: a page of verdicts
+``GET /v1/learn/verdict``      ``?url=``: what was learned about a URL (404: nothing)
+``POST /v1/learn/allow``       ``{"url", "note"?}``: allow whatever is learned
+``POST /v1/learn/block``       ``{"url", "category"?, "note"?}``: block whatever is learned
+``POST /v1/learn/forget``      ``{"url"}``: drop the verdict (or override)
+=============================  ======================================================
+
+A write rebuilds the overlay snapshot and reloads it into this service before it
+answers; overrides survive re-learning.
+
 Every error is a JSON body ``{"error": code, "detail": text}`` with a 4xx status
 for a bad request, whatever its bytes (a 5xx only for the server's own state, e.g.
 no rules loaded). The body is read against :class:`ServiceLimits` (size, time) and
@@ -46,10 +61,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from urlsieve import __version__
-from urlsieve.exceptions import ConfigError, InvalidURL, StoreError
+from urlsieve.exceptions import ConfigError, InvalidURL, LearnError, StoreError
 from urlsieve.filter import Filter
 from urlsieve.fingerprint import canonical_bytes
 from urlsieve.gateway.config import GatewayConfig
+from urlsieve.gateway.learning import ACTIONS, SOURCES, LearnAdmin
 from urlsieve.gateway.live import LiveRules, NoRules
 from urlsieve.gateway.metrics import CONTENT_TYPE, Metrics
 from urlsieve.gateway.ruleset import filter_loader, policy_loader, rules_info, rules_watch
@@ -72,6 +88,16 @@ INLINE_CHARS = 8_192
 MAX_NUMBER_DIGITS = 64
 #: The file-change check never runs more often than this, whatever reload_check_seconds says.
 MIN_CHECK_SECONDS = 0.1
+#: ``GET /v1/learn/verdicts``: the default and the largest page, and the largest offset.
+LEARN_PAGE = 100
+MAX_LEARN_PAGE = 1000
+MAX_LEARN_OFFSET = 10**9
+#: The fields a learn write body may hold, per endpoint.
+_LEARN_FIELDS = {
+    "allow": ("url", "note"),
+    "block": ("url", "category", "note"),
+    "forget": ("url",),
+}
 
 
 @dataclass(frozen=True)
@@ -114,6 +140,8 @@ class ServiceState:
     #: Where URLs no rule decides go for learning, and whether they are blocked meanwhile.
     unknown: UnknownFeed | None = None
     block_unknown: bool = False
+    #: The learned verdicts, for review and override (``/v1/learn/*``); None: off.
+    learn: LearnAdmin | None = None
 
 
 class Reloader:
@@ -707,18 +735,24 @@ async def healthz(request: Request) -> Response:
     return JSONResponse(body)
 
 
+def _authorize(request: Request, token: str) -> None:
+    """The request carries ``Authorization: Bearer <token>`` (compared in constant time),
+    else :class:`ApiError` 401."""
+    auth = request.headers.get("authorization", "")
+    scheme, _, given = auth.partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
+    if not hmac.compare_digest(given.strip().encode("utf-8", "replace"), token.encode()):
+        raise ApiError(401, "unauthorized", "wrong token")
+
+
 async def reload(request: Request) -> Response:
     state = _state(request)
     if state.token is None:
         raise ApiError(
             403, "reload_disabled", "reload is disabled: set service.token or service.token_file"
         )
-    auth = request.headers.get("authorization", "")
-    scheme, _, given = auth.partition(" ")
-    if scheme.lower() != "bearer" or not given:
-        raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
-    if not hmac.compare_digest(given.strip().encode(), state.token.encode()):
-        raise ApiError(401, "unauthorized", "wrong token")
+    _authorize(request, state.token)
     reloader = state.reloader
     ok = await (reloader.reload() if reloader else run_in_threadpool(state.rules.reload))
     if not ok:
@@ -734,8 +768,200 @@ async def reload(request: Request) -> Response:
     )
 
 
+# -- learned verdicts: review and override (token) ---------------------------------------
+
+
+def _learn_admin(request: Request) -> tuple[ServiceState, LearnAdmin]:
+    """The learner's admin, for an authorised caller: 404 when the service has no learner
+    or no token (the endpoints do not exist then), 401 without the right token."""
+    state = _state(request)
+    if state.learn is None or state.token is None:
+        missing = "[learn] with learn.directory" if state.learn is None else "service.token"
+        raise ApiError(404, "learn_disabled", f"the learn endpoints are off: configure {missing}")
+    _authorize(request, state.token)
+    return state, state.learn
+
+
+def _one_query(request: Request, name: str) -> str | None:
+    """The one ``?name=`` value (UTF-8), None when absent; 400 when repeated or not UTF-8."""
+    values = _query_values(request.scope.get("query_string", b""), name.encode())
+    if len(values) > 1:
+        raise ApiError(400, "repeated_field", f"?{name}= is given {len(values)} times")
+    if not values:
+        return None
+    try:
+        return values[0].decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(
+            400, "invalid_query", f"?{name}= is not UTF-8 once percent-decoded"
+        ) from None
+
+
+def _choice(request: Request, name: str, choices: tuple[str, ...]) -> str | None:
+    value = _one_query(request, name)
+    if value in (None, ""):
+        return None
+    if value not in choices:
+        raise ApiError(
+            400,
+            "invalid_query",
+            f"?{name}= must be one of {', '.join(choices)}, not {value[:40]!r}",
+        )
+    return value
+
+
+def _count_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    """``?name=``: decimal digits from ``low`` to ``high`` (``default`` when absent)."""
+    value = _one_query(request, name)
+    if value is None or value == "":
+        return default
+    if not (value.isascii() and value.isdigit() and len(value) <= len(str(high))) or not (
+        low <= int(value) <= high
+    ):
+        raise ApiError(
+            400,
+            "invalid_query",
+            f"?{name}= must be an integer from {low} to {high}, not {value[:40]!r}",
+        )
+    return int(value)
+
+
+def _learn_fields(data: dict[str, Any], op: str) -> dict[str, str]:
+    """The body's fields for ``op``: strings, ``url`` required, no other key (a typo such
+    as ``"catgory"`` would otherwise block under the default category)."""
+    allowed = _LEARN_FIELDS[op]
+    extra = [k for k in data if k not in allowed]
+    if extra:
+        raise ApiError(
+            400,
+            "invalid_body",
+            f"unknown field {extra[0][:40]!r} for {op} (it takes {', '.join(allowed)})",
+        )
+    if "url" not in data:
+        raise ApiError(400, "invalid_body", 'the body has no "url": send {"url": "http://…"}')
+    for name, value in data.items():
+        if not isinstance(value, str):
+            raise ApiError(400, "invalid_body", f'"{name}" must be a string, not {_kind(value)}')
+    return dict(data)
+
+
+def _refused(exc: ValueError) -> ApiError:
+    """An input the learner refuses (422), saying why."""
+    code = "invalid_url" if isinstance(exc, InvalidURL) else "invalid_override"
+    return ApiError(422, code, str(exc)[:1000])
+
+
+def _unavailable(exc: LearnError) -> ApiError:
+    return ApiError(503, "learn_unavailable", str(exc)[:1000])
+
+
+async def _learn_call(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a worker thread (the learner reads and writes files), its errors
+    as API errors."""
+    try:
+        return await run_in_threadpool(fn, *args)
+    except LearnError as exc:
+        raise _unavailable(exc) from None
+    except ValueError as exc:
+        raise _refused(exc) from None
+
+
+def _enforced(state: ServiceState, url: str) -> dict[str, Any] | None:
+    """This service's verdict for ``url`` now (a bare host name: its front page), or None
+    when it has no rules or the URL does not parse."""
+    try:
+        rules = _rules(state)
+        target = url if "://" in url or "/" in url else f"http://{url}/"
+        return verdict_json(url, rules.check(target))
+    except (ApiError, InvalidURL, ValueError):
+        return None
+
+
+async def _after_write(state: ServiceState, url: str, action: str | None) -> dict[str, Any]:
+    """Load the rebuilt overlay now (a file-change check, not a full reload: the base
+    rules are not read again), then say what this service does with ``url``."""
+    if state.reloader is not None:
+        await state.reloader.poll()
+    out: dict[str, Any] = {"rules_generation": state.rules.generation}
+    enforced = await run_in_threadpool(_enforced, state, url)
+    out["gateway"] = enforced
+    if action is not None and enforced is not None and enforced["action"] != action:
+        rule = enforced["rule"]
+        out["warning"] = (
+            f"this service's rules {enforced['action']} it"
+            + (f" ({rule['source']}:{rule['line']})" if rule and rule.get("source") else "")
+            + ": the administrator's lists win over learned rules and overrides (change the "
+            "lists instead), and learned rules apply only where learn.overlay is loaded"
+        )
+    return out
+
+
+async def learn_verdicts(request: Request) -> Response:
+    """``GET /v1/learn/verdicts``: a page of learned verdicts (by host, then rule)."""
+    _, admin = _learn_admin(request)
+    source = _choice(request, "source", SOURCES)
+    action = _choice(request, "action", ACTIONS)
+    limit = _count_param(request, "limit", LEARN_PAGE, 1, MAX_LEARN_PAGE)
+    offset = _count_param(request, "offset", 0, 0, MAX_LEARN_OFFSET)
+    page = await _learn_call(admin.list, source, action, limit + 1, offset)
+    more = len(page) > limit
+    return JSONResponse(
+        {
+            "verdicts": page[:limit],
+            "offset": offset,
+            "limit": limit,
+            "next_offset": offset + limit if more else None,
+        }
+    )
+
+
+async def learn_verdict(request: Request) -> Response:
+    """``GET /v1/learn/verdict?url=``: what was learned about one URL, and why."""
+    _, admin = _learn_admin(request)
+    url = _url_param(request)
+    found = await _learn_call(admin.show, url)
+    if found is None:
+        raise ApiError(404, "not_learned", f"nothing is learned about {url[:200]!r}")
+    return JSONResponse(found)
+
+
+async def _override(request: Request, action: str) -> Response:
+    state, admin = _learn_admin(request)
+    fields = _learn_fields(await _json_body(request, state.limits), action)
+    url = fields["url"]
+    category = fields.get("category") if action == "block" else None
+    done = await _learn_call(admin.override, url, action, category, fields.get("note", ""))
+    return JSONResponse({**done, **(await _after_write(state, url, action))})
+
+
+async def learn_allow(request: Request) -> Response:
+    """``POST /v1/learn/allow``: allow a URL (a bare host: the whole host) whatever is
+    learned."""
+    return await _override(request, "allow")
+
+
+async def learn_block(request: Request) -> Response:
+    """``POST /v1/learn/block``: block a URL (a bare host: the whole host) under a
+    category (``blocked`` by default) whatever is learned."""
+    return await _override(request, "block")
+
+
+async def learn_forget(request: Request) -> Response:
+    """``POST /v1/learn/forget``: drop the verdict (learned or override) for a URL's rule;
+    ``"forgotten": false`` when there was none."""
+    state, admin = _learn_admin(request)
+    url = _learn_fields(await _json_body(request, state.limits), "forget")["url"]
+    gone = await _learn_call(admin.forget, url)
+    return JSONResponse({"url": url, "forgotten": gone, **(await _after_write(state, url, None))})
+
+
 async def openapi(request: Request) -> Response:
-    return JSONResponse(OPENAPI)
+    """The OpenAPI document of what this service serves (the learn endpoints only when
+    they are on)."""
+    state = _state(request)
+    if state.learn is None or state.token is None:
+        return JSONResponse(OPENAPI)
+    return JSONResponse({**OPENAPI, "paths": {**OPENAPI["paths"], **LEARN_PATHS}})
 
 
 class _Timing:
@@ -795,6 +1021,11 @@ _ROUTES = [
     ("/v1/continue", continue_warned, ["GET"]),
     ("/v1/seen", seen, ["POST"]),
     ("/v1/reload", reload, ["POST"]),
+    ("/v1/learn/verdicts", learn_verdicts, ["GET"]),
+    ("/v1/learn/verdict", learn_verdict, ["GET"]),
+    ("/v1/learn/allow", learn_allow, ["POST"]),
+    ("/v1/learn/block", learn_block, ["POST"]),
+    ("/v1/learn/forget", learn_forget, ["POST"]),
     ("/metrics", metrics, ["GET"]),
     ("/healthz", healthz, ["GET"]),
     ("/openapi.json", openapi, ["GET"]),
@@ -824,6 +1055,7 @@ def create_app(
     limits: ServiceLimits | None = None,
     reload_on_sighup: bool = False,
     unknown: UnknownFeed | None = None,
+    learn: LearnAdmin | None = None,
 ) -> Starlette:
     """The service for ``config``; ``load`` replaces the configured rule loader (tests).
 
@@ -831,6 +1063,9 @@ def create_app(
     serve`` sets it; the handler is installed by the lifespan, in the main thread only).
     ``unknown``: where URLs no rule decides go for learning (``urlsieve serve`` wires the
     learner's queue when ``learn.queue`` is set; the service never imports the learner).
+    ``learn``: the learned verdicts for ``/v1/learn/*`` (``urlsieve serve`` wires it when
+    the config has the learner's ``[learn]`` section; on only with a token too). The
+    caller owns it (and closes it).
     """
     loader: Callable[[], Any] = load or policy_loader(config) or filter_loader(config, log)
     token = config.read_token()
@@ -866,6 +1101,7 @@ def create_app(
             config.user_header,
             unknown,
             config.unknown_policy == "block",
+            learn,
         )
         try:
             async with anyio.create_task_group() as tasks, _sighup(reloader, reload_on_sighup):
@@ -1087,3 +1323,178 @@ OPENAPI: dict[str, Any] = {
         },
     },
 }
+
+
+def _learn_body(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": required,
+                    "properties": properties,
+                }
+            }
+        },
+    }
+
+
+_LEARN_URL = {
+    "type": "string",
+    "maxLength": 8192,
+    "description": "a URL, or a host name for the whole host",
+}
+_LEARN_NOTE = {"type": "string", "maxLength": 1000, "description": "why (kept with it)"}
+_LEARN_SECURITY: list[dict[str, list[str]]] = [{"bearer": []}]
+
+#: The ``/v1/learn/*`` paths, in the document when the learn endpoints are on.
+LEARN_PATHS: dict[str, Any] = {
+    "/v1/learn/verdicts": {
+        "get": {
+            "summary": "A page of learned verdicts (by host, then rule)",
+            "security": _LEARN_SECURITY,
+            "parameters": [
+                {"name": "source", "in": "query", "schema": {"enum": list(SOURCES)}},
+                {"name": "action", "in": "query", "schema": {"enum": list(ACTIONS)}},
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LEARN_PAGE},
+                },
+                {
+                    "name": "offset",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 0, "maximum": MAX_LEARN_OFFSET},
+                },
+            ],
+            "responses": {
+                "200": _json("LearnedPage", "the verdicts; next_offset is null on the last page"),
+                **_error_responses(400, 401, 404, 503),
+            },
+        }
+    },
+    "/v1/learn/verdict": {
+        "get": {
+            "summary": "What was learned about a URL (its page's rule, else its host's)",
+            "security": _LEARN_SECURITY,
+            "parameters": [_param("url", "the URL (or host name)")],
+            "responses": {
+                "200": _json("Learned", "the verdict and its evidence"),
+                **_error_responses(400, 401, 404, 422, 503),
+            },
+        }
+    },
+    "/v1/learn/allow": {
+        "post": {
+            "summary": "Allow a URL (or a whole host) whatever is learned",
+            "security": _LEARN_SECURITY,
+            "requestBody": _learn_body(["url"], {"url": _LEARN_URL, "note": _LEARN_NOTE}),
+            "responses": {
+                "200": _json("Override", "stored, overlay rebuilt and loaded"),
+                **_error_responses(400, 401, 404, 408, 413, 422, 503),
+            },
+        }
+    },
+    "/v1/learn/block": {
+        "post": {
+            "summary": "Block a URL (or a whole host) whatever is learned",
+            "security": _LEARN_SECURITY,
+            "requestBody": _learn_body(
+                ["url"],
+                {
+                    "url": _LEARN_URL,
+                    "category": {
+                        "type": "string",
+                        "maxLength": 60,
+                        "default": "blocked",
+                        "description": "one directory name: no '/', '\\', blank, leading '.'",
+                    },
+                    "note": _LEARN_NOTE,
+                },
+            ),
+            "responses": {
+                "200": _json("Override", "stored, overlay rebuilt and loaded"),
+                **_error_responses(400, 401, 404, 408, 413, 422, 503),
+            },
+        }
+    },
+    "/v1/learn/forget": {
+        "post": {
+            "summary": "Drop what was learned (or overridden) for a URL's rule",
+            "security": _LEARN_SECURITY,
+            "requestBody": _learn_body(["url"], {"url": _LEARN_URL}),
+            "responses": {
+                "200": {"description": '{"url", "forgotten": bool, "gateway", …}'},
+                **_error_responses(400, 401, 404, 408, 413, 422, 503),
+            },
+        }
+    },
+}
+
+_LEARNED_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "key": {"type": "string", "description": "the rule: host/path?query, or a host"},
+        "host": {"type": "string"},
+        "is_host": {"type": "boolean"},
+        "action": {"enum": list(ACTIONS)},
+        "category": {"type": "string"},
+        "source": {"enum": list(SOURCES)},
+        "score": {"type": "integer"},
+        "evidence": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "phrase": {"type": "string"},
+                    "weight": {"type": "integer"},
+                    "count": {"type": "integer"},
+                },
+            },
+        },
+        "url": {"type": "string"},
+        "final_url": {"type": ["string", "null"]},
+        "content_hash": {"type": ["string", "null"]},
+        "fetched_at": {"type": ["number", "null"]},
+        "first_seen": {"type": ["number", "null"]},
+        "decided_at": {"type": "number"},
+        "note": {"type": "string"},
+    },
+}
+OPENAPI["components"]["schemas"].update(
+    {
+        "Learned": _LEARNED_SCHEMA,
+        "LearnedPage": {
+            "type": "object",
+            "properties": {
+                "verdicts": {"type": "array", "items": {"$ref": "#/components/schemas/Learned"}},
+                "offset": {"type": "integer"},
+                "limit": {"type": "integer"},
+                "next_offset": {"type": ["integer", "null"]},
+            },
+        },
+        "Override": {
+            "allOf": [
+                {"$ref": "#/components/schemas/Learned"},
+                {
+                    "type": "object",
+                    "properties": {
+                        "overlay_rules": {"type": "integer"},
+                        "overlay_seconds": {"type": "number"},
+                        "rules_generation": {"type": "integer"},
+                        "gateway": {
+                            "description": "this service's verdict for the URL now",
+                            "oneOf": [{"$ref": "#/components/schemas/Verdict"}, {"type": "null"}],
+                        },
+                        "warning": {
+                            "type": "string",
+                            "description": "set when this service's rules decide otherwise",
+                        },
+                    },
+                },
+            ]
+        },
+    }
+)

@@ -21,6 +21,7 @@ was learned, so compiling it takes milliseconds whatever the size of the base li
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 import time
@@ -158,14 +159,21 @@ def build_overlay(
     store: VerdictStore, tree: Path, output: Path, *, promote_after: int = 3
 ) -> OverlayBuild:
     """Render the trees and compile them into the overlay snapshot at ``output``
-    (written to a temporary file and renamed over the old one)."""
+    (written to a temporary file and renamed over the old one).
+
+    Builds are serialised across processes (an ``flock`` on ``output.lock``): the
+    learner and the service's overrides both build, and a build that read the verdicts
+    before another's write must not be the one renamed last."""
     started = time.perf_counter()
-    rules, promoted = render_tree(store, tree, promote_after=promote_after)
-    source = Filter.from_lists(
-        [tree / "block"],
-        [tree / "allow"],
-        meta={"learned": True, "tree": str(tree)},
-    )
-    info = source.save(output)
-    source.close()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with open(output.with_name(output.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rules, promoted = render_tree(store, tree, promote_after=promote_after)
+        source = Filter.from_lists(
+            [tree / "block"],
+            [tree / "allow"],
+            meta={"learned": True, "tree": str(tree)},
+        )
+        info = source.save(output)
+        source.close()
     return OverlayBuild(rules, promoted, time.perf_counter() - started, info)

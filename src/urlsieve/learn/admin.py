@@ -1,0 +1,239 @@
+"""Review and override what the gateway learned: one implementation for the command line
+(``urlsieve learn list|show|allow|block|forget``) and the service (``/v1/learn/*``).
+
+:class:`LearnAdmin` keeps the verdict store open and does each operation the same way
+for both callers: it checks an override before storing it (a URL with a usable host, a
+rule the lists can hold, a category that is one directory name, a note of printable
+text), stores it (an override is never replaced by a later learned verdict: see
+:meth:`VerdictStore.put`) and rebuilds the overlay snapshot at once, so a gateway
+watching the snapshot enforces it within its reload check. Writes are serialised: two
+overrides at once never interleave their rebuilds.
+
+It implements :class:`urlsieve.gateway.learning.LearnAdmin` (the service's protocol),
+which is why its answers are JSON-ready dicts. Input it refuses raises a
+:class:`ValueError` (:class:`InvalidURL`, :class:`RuleSyntaxError`); a store it cannot
+use raises :class:`LearnError`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from urlsieve.exceptions import InvalidURL, RuleSyntaxError
+from urlsieve.learn.config import LearnSettings, read_learn_settings
+from urlsieve.learn.overlay import build_overlay, rule_line
+from urlsieve.learn.verdicts import SOURCES, Learned, VerdictStore, rule_key
+from urlsieve.rules.model import parse_rule
+
+__all__ = [
+    "ALLOW_CATEGORY",
+    "DEFAULT_BLOCK_CATEGORY",
+    "MAX_CATEGORY",
+    "MAX_NOTE",
+    "MAX_URL",
+    "LearnAdmin",
+    "check_category",
+    "check_note",
+    "check_url",
+    "make_override",
+    "verdict_dict",
+]
+
+#: Longest URL (characters) an override or a look-up takes (the gateway's unknown-URL cap).
+MAX_URL = 8192
+#: Longest category: one directory name in the learned tree (see ``category_directory``).
+MAX_CATEGORY = 60
+#: Longest note kept with an override.
+MAX_NOTE = 1000
+#: The category ``learn block`` uses when none is given.
+DEFAULT_BLOCK_CATEGORY = "blocked"
+#: The category every ``learn allow`` is listed under.
+ALLOW_CATEGORY = "override"
+
+#: C0 and C1 controls and DEL: never part of a URL, category or note.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _text(value: object, what: str, limit: int, error: type[ValueError]) -> str:
+    """``value`` as checked text: a string of at most ``limit`` characters, valid Unicode,
+    no control character; else ``error`` saying which and where."""
+
+    def bad(reason: str) -> ValueError:
+        if error is InvalidURL:
+            return InvalidURL(f"{what}: {reason}")
+        return RuleSyntaxError(reason, what)
+
+    if not isinstance(value, str):
+        raise bad(f"must be text, not {type(value).__name__}")
+    if len(value) > limit:
+        raise bad(f"{len(value)} characters (at most {limit})")
+    found = _CONTROL.search(value)
+    if found:
+        raise bad(f"control character U+{ord(found.group()):04X} at offset {found.start()}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise bad(f"not valid Unicode (a lone surrogate at offset {exc.start})") from None
+    return value
+
+
+def check_url(url: object) -> str:
+    """``url`` as an override or a look-up takes it, or :class:`InvalidURL` saying why."""
+    text = _text(url, "url", MAX_URL, InvalidURL)
+    if not text.strip():
+        raise InvalidURL("url: empty (give a URL, or a host name for the whole host)")
+    return text
+
+
+def check_category(category: object) -> str:
+    """A block override's category: one directory name of the learned tree (no path
+    separator, not dot-led, no blank or control character, at most 60 characters), or
+    :class:`RuleSyntaxError` saying why."""
+    text = _text(category, "category", MAX_CATEGORY, RuleSyntaxError)
+    if not text:
+        raise RuleSyntaxError("empty", "category")
+    if text.startswith(".") or any(c in "/\\" or c.isspace() for c in text):
+        raise RuleSyntaxError(
+            f"{text!r} is not one directory name (no '/', '\\', blank, or leading '.')",
+            "category",
+        )
+    return text
+
+
+def check_note(note: object) -> str:
+    """An override's note: printable text of at most 1000 characters."""
+    return _text(note, "note", MAX_NOTE, RuleSyntaxError)
+
+
+def make_override(url: str, action: str, category: str | None, note: str = "") -> Learned:
+    """The override verdict for ``url`` (a bare host name: the whole host), checked:
+    :class:`InvalidURL` for a URL without a usable host, :class:`RuleSyntaxError` for a
+    rule the lists cannot hold (a top-level domain), a bad category or note."""
+    if action not in ("allow", "block"):
+        raise RuleSyntaxError(f"action must be 'allow' or 'block', not {action!r}", "override")
+    url = check_url(url)
+    if action == "block":
+        category = check_category(DEFAULT_BLOCK_CATEGORY if category is None else category)
+    elif category is not None and category != ALLOW_CATEGORY:
+        raise RuleSyntaxError("an allow override takes no category", "category")
+    else:
+        category = ALLOW_CATEGORY
+    note = check_note(note)
+    key, host = rule_key(url)
+    override = Learned(
+        key=key,
+        host=host,
+        action=action,
+        category=category,
+        source="override",
+        url=url,
+        note=note,
+    )
+    # What the lists cannot hold (a top-level domain) is refused here, not skipped later.
+    parse_rule(rule_line(override), action, category, f"learn {action}")
+    return override
+
+
+def verdict_dict(verdict: Learned) -> dict[str, Any]:
+    """One verdict as JSON-ready data (what ``learn show`` prints, what the service sends)."""
+    return {
+        "key": verdict.key,
+        "host": verdict.host,
+        "is_host": verdict.is_host,
+        "action": verdict.action,
+        "category": verdict.category,
+        "source": verdict.source,
+        "score": verdict.score,
+        "evidence": [
+            {"phrase": phrase, "weight": weight, "count": count}
+            for phrase, weight, count in verdict.evidence
+        ],
+        "url": verdict.url,
+        "final_url": verdict.final_url,
+        "content_hash": verdict.content_hash,
+        "fetched_at": verdict.fetched_at,
+        "first_seen": verdict.first_seen,
+        "decided_at": verdict.decided_at,
+        "note": verdict.note,
+    }
+
+
+class LearnAdmin:
+    """The learned verdicts of one gateway, for review and override (see the module)."""
+
+    def __init__(self, settings: LearnSettings) -> None:
+        self.settings = settings
+        settings.directory.mkdir(parents=True, exist_ok=True)
+        self.store = VerdictStore(settings.verdicts_path)
+        self._write_lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, path: str) -> LearnAdmin:
+        """The admin for the ``[learn]`` section of the TOML file at ``path``."""
+        return cls(read_learn_settings(path))
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> LearnAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading -----------------------------------------------------------------------
+
+    def verdicts(self, source: str | None = None, action: str | None = None) -> Iterator[Learned]:
+        """Every verdict (by host, then rule), of one source and one action when given."""
+        if source is not None and source not in SOURCES:
+            raise RuleSyntaxError(f"source must be one of {', '.join(SOURCES)}", "source")
+        for verdict in self.store.all(source=source):
+            if action is None or verdict.action == action:
+                yield verdict
+
+    def list(
+        self, source: str | None, action: str | None, limit: int, offset: int
+    ) -> builtins.list[dict[str, Any]]:
+        if limit < 0 or offset < 0:
+            raise RuleSyntaxError("limit and offset must not be negative", "list")
+        page = itertools.islice(self.verdicts(source, action), offset, offset + limit)
+        return [verdict_dict(v) for v in page]
+
+    def find(self, url: str) -> Learned | None:
+        """The verdict for ``url``'s rule, else for its host; :class:`InvalidURL` for a URL
+        without a usable host."""
+        key, host = rule_key(check_url(url))
+        return self.store.get(key) or self.store.get(host)
+
+    def show(self, url: str) -> dict[str, Any] | None:
+        found = self.find(url)
+        return None if found is None else verdict_dict(found)
+
+    # -- writing -----------------------------------------------------------------------
+
+    def rebuild(self) -> tuple[int, float]:
+        """Rebuild the overlay snapshot from the store: (rules, seconds)."""
+        s = self.settings
+        built = build_overlay(self.store, s.tree, s.overlay, promote_after=s.promote_after)
+        return built.rules, built.seconds
+
+    def override(self, url: str, action: str, category: str | None, note: str) -> dict[str, Any]:
+        verdict = make_override(url, action, category, note)
+        with self._write_lock:
+            self.store.put([verdict])
+            rules, seconds = self.rebuild()
+        stored = self.store.get(verdict.key) or verdict
+        return {**verdict_dict(stored), "overlay_rules": rules, "overlay_seconds": seconds}
+
+    def forget(self, url: str) -> bool:
+        key, _host = rule_key(check_url(url))
+        with self._write_lock:
+            gone = self.store.forget([key])
+            self.rebuild()
+        return gone > 0
