@@ -1,14 +1,14 @@
 """A fleet on one Valkey queue: two real ``urlsieve squid-helper`` processes queue the same
 unknown URLs, two real ``urlsieve learn run`` processes crawl and classify them, and one
 learner is killed (SIGKILL) while it holds claimed jobs: the other reclaims them when their
-lease runs out (XAUTOCLAIM), and every queued URL ends classified, none lost."""
+lease runs out (XAUTOCLAIM), and every queued URL ends classified, none lost. The learners
+share their verdicts on Valkey, so each one's overlay enforces what either learned."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -18,8 +18,10 @@ from typing import IO
 
 from tests.learn.origin import PAGES, Route, origin_server
 from tests.seen.valkey_fixtures import ServerProcess
+from urlsieve.filter import Filter
 from urlsieve.learn.queue import open_queue
 from urlsieve.learn.verdicts import rule_key
+from urlsieve.learn.verdicts_valkey import ValkeyVerdicts
 
 PHRASES = Path(__file__).parent / "data" / "phrases"
 COUNT = 24
@@ -34,7 +36,7 @@ def _routes() -> dict[str, Route]:
     return routes
 
 
-def _config(tmp: Path, name: str, queue: str, port: int) -> Path:
+def _config(tmp: Path, name: str, queue: str, verdicts: str) -> Path:
     hosts = {f"f{i}.test": "127.0.0.1" for i in range(COUNT)}
     state = tmp / name
     conf = tmp / f"{name}.toml"
@@ -49,6 +51,7 @@ redirect_url = "http://block.test/?url=%u&category=%c"
 
 [learn]
 queue = "{queue}"
+verdicts = "{verdicts}"
 overlay = "{state / "learned.snap"}"
 directory = "{state}"
 phrases = ["{PHRASES / "weightedphraselist"}"]
@@ -77,23 +80,17 @@ def _learner(conf: Path, name: str, log: IO[bytes]) -> subprocess.Popen[bytes]:
     )
 
 
-def _verdicts(directory: Path) -> set[str]:
-    path = directory / "verdicts.db"
-    if not path.exists():
-        return set()
-    with sqlite3.connect(path) as db:
-        return {key for (key,) in db.execute("SELECT key FROM verdict")}
-
-
 def test_two_helpers_two_learners_one_killed_nothing_lost(
     tmp_path: Path, valkey_server: ServerProcess
 ) -> None:
     (tmp_path / "lists" / "blocked").mkdir(parents=True)
     (tmp_path / "lists" / "blocked" / "domains").write_text("blocked.test\n", encoding="utf-8")
-    queue_spec = f"valkey://127.0.0.1:{valkey_server.port}/0?prefix=fleet{uuid.uuid4().hex}"
+    run = uuid.uuid4().hex
+    queue_spec = f"valkey://127.0.0.1:{valkey_server.port}/0?prefix=fleet{run}"
+    verdicts_spec = f"valkey://127.0.0.1:{valkey_server.port}/0?prefix=verdicts{run}"
     with origin_server(_routes()) as origin:
         urls = [f"http://f{i}.test:{origin.port}/f/{i}.html" for i in range(COUNT)]
-        confs = {n: _config(tmp_path, n, queue_spec, origin.port) for n in ("H", "A", "B")}
+        confs = {n: _config(tmp_path, n, queue_spec, verdicts_spec) for n in ("H", "A", "B")}
         # Two helpers, each asked for every URL (as two gateways of one site would be).
         for number in (1, 2):
             lines = "".join(f"{u} 10.0.0.{number}/- - GET\n" for u in urls).encode()
@@ -137,11 +134,14 @@ def test_two_helpers_two_learners_one_killed_nothing_lost(
             b_log[-2000:],
         )
         keys = {rule_key(u)[0] for u in urls}
-        by_a, by_b = _verdicts(tmp_path / "A"), _verdicts(tmp_path / "B")
-        assert by_a | by_b == keys  # every queued URL classified
-        # What A had fetched and not yet classified when it died, B fetched and classified.
-        a_pages = {p.split("/", 1)[1] for p in a_fetched if "/f/" in p}
-        unfinished = {k for k in keys if k.split("/", 1)[1] in a_pages} - by_a
-        assert unfinished and unfinished <= by_b
-        # Only a verdict A stored in the instant before it died can be made twice.
-        assert len(by_a & by_b) <= 1, sorted(by_a & by_b)
+        with ValkeyVerdicts(verdicts_spec) as shared:
+            stored = {v.key: v for v in shared.all()}
+        assert set(stored) == keys  # every queued URL classified, into the shared store
+        assert all(stored[rule_key(u)[0]].action == ("block" if i % 2 else "allow")
+                   for i, u in enumerate(urls))  # fmt: skip
+        # What A had in flight when it died, B fetched again.
+        b_fetched = {p for ua, p in origin.agents if ua == "learner-B"}
+        assert a_fetched & b_fetched
+        # B's overlay enforces every verdict, A's included (the store is shared).
+        overlay = Filter.load(tmp_path / "B" / "learned.snap")
+        assert all(overlay.check(u).rule is not None for u in urls)

@@ -77,10 +77,10 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def _store(settings: Any) -> Any:
-    from urlsieve.learn.verdicts import VerdictStore
+    from urlsieve.learn.verdicts import open_verdicts
 
     settings.directory.mkdir(parents=True, exist_ok=True)
-    return VerdictStore(settings.verdicts_path)
+    return open_verdicts(settings.verdicts_spec)
 
 
 def _base_check(config_path: str | None) -> Callable[[str], tuple[str, str] | None]:

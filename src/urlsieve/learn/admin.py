@@ -27,7 +27,7 @@ from typing import Any
 from urlsieve.exceptions import InvalidURL, RuleSyntaxError
 from urlsieve.learn.config import LearnSettings, read_learn_settings
 from urlsieve.learn.overlay import build_overlay, rule_line
-from urlsieve.learn.verdicts import SOURCES, Learned, VerdictStore, rule_key
+from urlsieve.learn.verdicts import SOURCES, Learned, open_verdicts, rule_key
 from urlsieve.rules.model import parse_rule
 
 __all__ = [
@@ -170,7 +170,7 @@ class LearnAdmin:
     def __init__(self, settings: LearnSettings) -> None:
         self.settings = settings
         settings.directory.mkdir(parents=True, exist_ok=True)
-        self.store = VerdictStore(settings.verdicts_path)
+        self.store = open_verdicts(settings.verdicts_spec)
         self._write_lock = threading.Lock()
 
     @classmethod

@@ -7,6 +7,7 @@
     unknown = "allow-first"                            # the gateway's side (see gateway.config)
     overlay = "/var/lib/urlsieve/learn/learned.snap"   # the learned rules the gateway loads
     directory = "/var/lib/urlsieve/learn"              # verdicts.db, spool/, learned/ lists
+    verdicts = "valkey://10.0.0.5:6379/0?prefix=site"  # a fleet's shared verdicts (optional)
     phrases = ["/etc/urlsieve/phraselists/weightedphraselist"]   # E2Guardian weighted lists
     banned = ["/etc/urlsieve/phraselists/bannedphraselist"]
     exceptions = ["/etc/urlsieve/phraselists/exceptionphraselist"]
@@ -71,9 +72,17 @@ class LearnSettings:
     spool: Mapping[str, Any] = field(default_factory=dict)
     source_file: str | None = None
 
+    #: A ``valkey://`` URL shared by a fleet's learners; None: ``directory/verdicts.db``.
+    verdicts: str | None = None
+
     @property
     def verdicts_path(self) -> Path:
         return self.directory / "verdicts.db"
+
+    @property
+    def verdicts_spec(self) -> str:
+        """Where the verdicts are: :attr:`verdicts`, else the local SQLite file."""
+        return self.verdicts or str(self.verdicts_path)
 
     @property
     def spool_dir(self) -> Path:
@@ -86,7 +95,7 @@ class LearnSettings:
 
 _TOP = {
     "queue", "unknown", "overlay", "directory", "phrases", "banned", "exceptions", "lexicons",
-    "limit", "limits", "promote_after", "batch", "lease_seconds", "crawl", "spool",
+    "limit", "limits", "promote_after", "batch", "lease_seconds", "crawl", "spool", "verdicts",
 }  # fmt: skip
 _CRAWL = {
     "user_agent": str, "timeout": float, "max_bytes": int, "concurrency": int, "per_host": int,
@@ -179,6 +188,7 @@ def learn_settings(section: Mapping[str, Any], path: str) -> LearnSettings:
     spool = _table(section, "spool", _SPOOL, where)
     return LearnSettings(
         queue=resolve_spec(str(section["queue"]), base),
+        verdicts=_verdicts_spec(section.get("verdicts"), base, where),
         directory=one_path(section["directory"], "directory"),
         overlay=one_path(section["overlay"], "overlay"),
         unknown=unknown,
@@ -195,6 +205,18 @@ def learn_settings(section: Mapping[str, Any], path: str) -> LearnSettings:
         spool=spool,
         source_file=path,
     )
+
+
+def _verdicts_spec(value: Any, base: Path, where: str) -> str | None:
+    """``learn.verdicts``: a server URL as it is, a path relative to the file."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: learn.verdicts must be a path or a valkey:// URL")
+    if "://" in value:
+        return value
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else base / path)
 
 
 def _table(

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from urlsieve.filter import Filter
-from urlsieve.learn.verdicts import Learned, VerdictStore
+from urlsieve.learn.verdicts import Learned, Verdicts
 from urlsieve.match.snapshot import SnapshotInfo
 
 __all__ = [
@@ -127,7 +127,7 @@ def _write(path: Path, lines: list[str]) -> None:
         raise
 
 
-def render_tree(store: VerdictStore, tree: Path, *, promote_after: int = 3) -> tuple[int, int]:
+def render_tree(store: Verdicts, tree: Path, *, promote_after: int = 3) -> tuple[int, int]:
     """Write the verdicts as list trees under ``tree/block`` and ``tree/allow``; files of
     categories that no longer have rules are emptied. Returns (rules, promoted hosts)."""
     verdicts = list(store.all())
@@ -156,7 +156,7 @@ def render_tree(store: VerdictStore, tree: Path, *, promote_after: int = 3) -> t
 
 
 def build_overlay(
-    store: VerdictStore, tree: Path, output: Path, *, promote_after: int = 3
+    store: Verdicts, tree: Path, output: Path, *, promote_after: int = 3
 ) -> OverlayBuild:
     """Render the trees and compile them into the overlay snapshot at ``output``
     (written to a temporary file and renamed over the old one).

@@ -39,7 +39,7 @@ from urlsieve.learn.overlay import CLEAN_CATEGORY, build_overlay
 from urlsieve.learn.page import Page
 from urlsieve.learn.queue import Job, UnknownQueue
 from urlsieve.learn.spool import Spool, claim_next
-from urlsieve.learn.verdicts import Learned, VerdictStore, rule_key
+from urlsieve.learn.verdicts import Learned, Verdicts, rule_key
 
 __all__ = ["LATENCY_BUCKETS", "LearnStats", "Learner", "learned_from", "redirect_verdict"]
 
@@ -193,7 +193,7 @@ class Learner:
         self,
         *,
         queue: UnknownQueue,
-        store: VerdictStore,
+        store: Verdicts,
         classifier: Classifier | None,
         spool_dir: Path,
         tree: Path,
@@ -237,6 +237,7 @@ class Learner:
         self.clock = clock
         self.stats = LearnStats()
         self._dirty = False  # verdicts stored since the last overlay build
+        self._built_version: int | None = None  # the store's version the overlay shows
         self._spool: Spool | None = None
         self._crawling = 0  # jobs being fetched
 
@@ -377,8 +378,10 @@ class Learner:
                     self._dirty = True
                 self._finish_jobs(page_jobs)
                 claim.done()
-        if self._dirty:
+        version = self._store_version()
+        if self._dirty or version != self._built_version:
             self._dirty = False
+            self._built_version = version  # before the build: a write during it rebuilds
             self.rebuild()
             now = self.clock()
             for verdict in verdicts:
@@ -387,6 +390,15 @@ class Learner:
         if pages or verdicts:
             self.write_metrics()
         return pages
+
+    def _store_version(self) -> int | None:
+        """The verdict store's version (another learner of a fleet, or an override, changes
+        it); None when the store does not answer (the next round asks again)."""
+        try:
+            return self.store.version()
+        except LearnError as exc:
+            self.log(f"verdict store unavailable: {exc}")
+            return self._built_version
 
     def _finish_jobs(self, jobs: list[Job]) -> None:
         """Tell the queue the pages' jobs are done (their verdicts are stored). A job another

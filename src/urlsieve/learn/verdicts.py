@@ -20,12 +20,12 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from urlsieve.exceptions import InvalidURL, LearnError, QueueCorrupt
 from urlsieve.url import CRAWLER, canonicalize, parse_url
 
-__all__ = ["SOURCES", "Learned", "VerdictStore", "rule_key"]
+__all__ = ["SOURCES", "Learned", "VerdictStore", "Verdicts", "open_verdicts", "rule_key"]
 
 #: Where a verdict comes from, weakest first.
 SOURCES = ("learned", "redirect", "override")
@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS verdict (
 );
 CREATE INDEX IF NOT EXISTS verdict_host ON verdict(host);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT OR IGNORE INTO meta VALUES ('version', '0');
 """
 
 
@@ -164,6 +165,9 @@ class VerdictStore:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 self._db.executemany(sql, rows)
+                self._db.execute(
+                    "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE name = 'version'"
+                )
                 self._db.execute("COMMIT")
             except (sqlite3.Error, UnicodeEncodeError) as exc:
                 if self._db.in_transaction:
@@ -248,6 +252,11 @@ class VerdictStore:
         found: int = self._read("SELECT COUNT(*) FROM verdict")[0][0]
         return found
 
+    def version(self) -> int:
+        """Changes whenever a verdict is stored or forgotten (by any process)."""
+        found = self._read("SELECT value FROM meta WHERE name = 'version'")
+        return int(found[0][0]) if found else 0
+
     def counts(self) -> dict[tuple[str, str, str], int]:
         """``(source, action, category)`` → rows."""
         return {
@@ -256,6 +265,35 @@ class VerdictStore:
                 "SELECT source, action, category, COUNT(*) FROM verdict GROUP BY 1, 2, 3"
             )
         }
+
+
+class Verdicts(Protocol):
+    """What the learner, the overlay build and the review commands need of a verdict
+    store: :class:`VerdictStore` (SQLite, one machine) or
+    :class:`~urlsieve.learn.verdicts_valkey.ValkeyVerdicts` (shared by a fleet)."""
+
+    path: str
+
+    def put(self, verdicts: Sequence[Learned]) -> None: ...
+    def forget(self, keys: Sequence[str]) -> int: ...
+    def get(self, key: str) -> Learned | None: ...
+    def find(self, url: str) -> Learned | None: ...
+    def all(self, *, source: str | None = None) -> Iterator[Learned]: ...
+    def count(self) -> int: ...
+    def counts(self) -> dict[tuple[str, str, str], int]: ...
+    def version(self) -> int: ...
+    def close(self) -> None: ...
+
+
+def open_verdicts(spec: str | Path) -> Verdicts:
+    """The verdict store ``spec`` names: a ``valkey://`` (``valkeys://``, ``redis://``,
+    ``rediss://``) URL shared by a fleet, else the path of a SQLite file."""
+    text = str(spec)
+    if text.startswith(("valkey://", "valkeys://", "redis://", "rediss://")):
+        from urlsieve.learn.verdicts_valkey import ValkeyVerdicts
+
+        return ValkeyVerdicts(text)
+    return VerdictStore(text)
 
 
 def _damaged(path: str, exc: sqlite3.DatabaseError) -> QueueCorrupt:
