@@ -135,7 +135,8 @@ def render_tree(store: Verdicts, tree: Path, *, promote_after: int = 3) -> tuple
     promoted = {
         h: v for h, v in promoted_hosts(verdicts, promote_after).items() if h not in explicit_hosts
     }
-    files: dict[Path, list[str]] = defaultdict(list)
+    # Lines per (side, category, kind): a file's path is built once, not per verdict.
+    files: dict[tuple[str, str, str], list[str]] = defaultdict(list)
     for v in [*verdicts, *promoted.values()]:
         side = "block" if v.action == "block" else "allow"
         category = (
@@ -144,11 +145,14 @@ def render_tree(store: Verdicts, tree: Path, *, promote_after: int = 3) -> tuple
             else ("override" if v.source == "override" else CLEAN_CATEGORY)
         )
         kind = "domains" if v.is_host else "urls"
-        files[tree / side / category / kind] += [f"# {v.provenance()}\n", f"{rule_line(v)}\n"]
+        files[(side, category, kind)] += [f"# {v.provenance()}\n", f"{rule_line(v)}\n"]
+    paths = {
+        tree / side / category / kind: lines for (side, category, kind), lines in files.items()
+    }
     for old in tree.glob("*/*/*"):
-        if old.is_file() and old not in files and old.name in ("urls", "domains"):
+        if old.is_file() and old not in paths and old.name in ("urls", "domains"):
             _write(old, [])
-    for path, lines in files.items():
+    for path, lines in paths.items():
         _write(path, lines)
     for side in ("block", "allow"):
         (tree / side).mkdir(parents=True, exist_ok=True)
