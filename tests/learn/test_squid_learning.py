@@ -37,7 +37,16 @@ from urlsieve.learn.queue import Sighting, open_queue
 
 PHRASES = Path(__file__).parent / "data" / "phrases"
 BLOCK_PAGE = "http://block.test/blocked?url=%u&category=%c"
-HOSTS = ("dirty.test", "clean.test", "zh.test", "redirect.test", "robots.test", "bin.test")
+HOSTS = (
+    "dirty.test",
+    "clean.test",
+    "zh.test",
+    "redirect.test",
+    "robots.test",
+    "bin.test",
+    "huge.test",
+    "slow.test",
+)
 
 
 @dataclass
@@ -184,7 +193,11 @@ def test_unknown_pages_are_learned_and_enforced_through_squid(learning: Learning
     redirect = gw.url("redirect.test", "/redirect/blocked")
     robots = gw.url("robots.test", "/private/casino.html")
     binary = gw.url("bin.test", "/file.bin")
-    first = {url: verdict(gw, url) for url in (dirty, zh, clean, redirect, robots, binary)}
+    huge = gw.url("huge.test", "/huge.html")  # 5.4 MB: classified from its first MB
+    slow = gw.url("slow.test", "/slow.html")  # slower than the crawler's timeout
+    first = {
+        url: verdict(gw, url) for url in (dirty, zh, clean, redirect, robots, binary, huge, slow)
+    }
     for url, answer in first.items():
         if block:
             assert answer == (302, "unclassified"), (url, answer)
@@ -194,6 +207,7 @@ def test_unknown_pages_are_learned_and_enforced_through_squid(learning: Learning
     wait_for(gw, zh, "gambling")  # Big5 without a charset, Traditional → Simplified
     wait_for(gw, redirect, "blocked")  # a redirect to a blocked host blocks the start URL
     wait_for(gw, clean, None)
+    wait_for(gw, huge, "gambling")
     assert seconds < 30
     # The crawler fetched each page once (a client's own fetch through Squid adds one when
     # it was allowed), never the robots-disallowed page, never the blocked host.
@@ -206,7 +220,9 @@ def test_unknown_pages_are_learned_and_enforced_through_squid(learning: Learning
     learned = (gw.state / "learned" / "allow" / "clean" / "urls").read_text("utf-8")
     assert "clean.test/en/clean.html" in learned
     # What was not learned stays unknown: allowed first-time, or still held back.
-    assert verdict(gw, robots) == ((302, "unclassified") if block else (200, None))
+    for url in (robots, binary, slow):
+        assert verdict(gw, url) == ((302, "unclassified") if block else (200, None)), url
+    assert hits.count("huge.test/huge.html") == 1 + client_fetches  # fetched once, capped
 
 
 def test_a_private_address_is_never_fetched(learning: Learning) -> None:
