@@ -208,3 +208,27 @@ def test_plain_text_is_not_parsed_as_html(classifier: Classifier) -> None:
 def test_empty_phrase_set_allows_everything() -> None:
     result = Classifier(PhraseSet()).classify_body(b"online casino", "text/html")
     assert (result.verdict, result.score, result.evidence) == ("allow", 0, ())
+
+
+def test_boundaries_and_offsets_next_to_multibyte_characters(classifier: Classifier) -> None:
+    # The automaton runs over UTF-8 bytes: a neighbour of several bytes is decoded for the
+    # boundary check, and offsets are still character offsets of the normalised text.
+    text = "Ĉasino ΣcasinoΣ 賭場casino 𠀀 casino, poker日 é poker"
+    normalised = normalise(text)
+    result = classifier.classify_text(text)
+    hits = {h.phrase: h for h in result.evidence}
+    # "ĉasino" is not "casino"; σ, 场 (after t2s) and 日 are letters, so only "casino,"
+    # after the four-byte 𠀀 and the last "poker" (after é) are whole words.
+    assert (hits["< casino >"].count, hits["< poker >"].count) == (1, 1)
+    assert set(hits) == {"< casino >", "< poker >"}
+    for hit in result.evidence:
+        first = hit.phrase.strip("<> ").split(">,<")[0].strip()
+        for offset in hit.offsets:
+            assert normalised[offset:].startswith(first), (hit.phrase, offset)
+
+
+def test_lone_surrogates_in_text_do_not_raise(classifier: Classifier) -> None:
+    # classify_text takes any str; a lone surrogate used to escape as UnicodeEncodeError.
+    result = classifier.classify_text("\ud800 online casino \udfff jackpot")
+    hit = next(h for h in result.evidence if h.phrase == "<online casino>")
+    assert hit.offsets == (2,) and result.blocked

@@ -31,7 +31,7 @@ first, and a classifier that reads 100 MB pages is a denial of service).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
@@ -100,7 +100,48 @@ _KIND_ORDER = {"exception": 0, "banned": 1, "weighted": 2}
 
 
 def _is_word(char: str) -> bool:
+    """Whether ``char`` is a word character for ``< word >`` boundaries (as regex ``\\w``)."""
     return char.isalnum() or char == "_"
+
+
+#: Whether each ASCII byte is a word character.
+_ASCII_WORD = tuple(_is_word(chr(byte)) for byte in range(0x80))
+# Bytes that are not UTF-8 continuation bytes (0x80-0xBF): one per character.
+_CHAR_STARTS = bytes([*range(0x80), *range(0xC0, 0x100)])
+
+
+def _word_before(data: bytes, end: int) -> bool:
+    """Whether the (non-ASCII) character of UTF-8 ``data`` ending at ``end`` is a word
+    character."""
+    start = end - 1
+    while start > 0 and data[start] & 0xC0 == 0x80:
+        start -= 1
+    return _is_word(data[start:end].decode("utf-8", "replace"))
+
+
+def _word_at(data: bytes, start: int) -> bool:
+    """Whether the (non-ASCII) character of UTF-8 ``data`` starting at ``start`` is a word
+    character."""
+    end = start + 1
+    while end < len(data) and data[end] & 0xC0 == 0x80:
+        end += 1
+    return _is_word(data[start:end].decode("utf-8", "replace"))
+
+
+def _char_offsets(data: bytes, offsets: Iterable[list[int]], multibyte: bool) -> Mapping[int, int]:
+    """The character offset of each byte offset in ``offsets`` (character starts in UTF-8
+    ``data``): the byte offset less the continuation bytes before it, counted once over
+    the stretches between the sorted offsets."""
+    wanted = sorted({offset for some in offsets for offset in some})
+    if not multibyte:
+        return {offset: offset for offset in wanted}
+    chars: dict[int, int] = {}
+    previous = count = 0
+    for offset in wanted:
+        count += len(data[previous:offset].translate(None, _CHAR_STARTS))
+        chars[offset] = offset - count
+        previous = offset
+    return chars
 
 
 class Classifier:
@@ -143,10 +184,14 @@ class Classifier:
                 checks.append([])
             checks[index].append((term_id, left, right))
         self._terms = len(terms)
+        self._patterns = tuple(patterns)
         self._checks = tuple(tuple(c) for c in checks)
+        # Over the UTF-8 bytes of the text: the str automaton does the same work and then
+        # maps every byte offset to a character offset (an 8-byte entry per byte of text);
+        # _match converts the few offsets it keeps itself.
         self._automaton = (
-            ahocorasick_rs.AhoCorasick(
-                list(patterns),
+            ahocorasick_rs.BytesAhoCorasick(
+                [pattern.encode() for pattern in patterns],
                 matchkind=ahocorasick_rs.MATCHKIND_STANDARD,
                 implementation=ahocorasick_rs.Implementation.DFA,
             )
@@ -199,23 +244,43 @@ class Classifier:
         return self._score(counts, charset, len(text), truncated)
 
     def _match(self, text: str) -> dict[int, _Counts]:
+        """Count the terms on ``text``: one pass of the automaton over its UTF-8 bytes
+        (the same matches, in the same order, as over its characters), boundaries checked
+        on the bytes, the offsets kept turned into character offsets at the end."""
         found: dict[int, _Counts] = {}
         if self._automaton is None or not text:
             return found
-        end_of_text = len(text)
+        # "replace": a lone surrogate (only classify_text can be given one) becomes "?",
+        # one character for one, so character offsets stay right.
+        data = text.encode("utf-8", "replace")
+        counts: dict[int, int] = {}
+        offsets: dict[int, list[int]] = {}
+        end_of_data = len(data)
         checks = self._checks
-        for index, start, end in self._automaton.find_matches_as_indexes(text, overlapping=True):
+        ascii_word = _ASCII_WORD
+        # The loop runs once per match (thousands per page): everything it touches is a
+        # local, an ASCII neighbour is checked by a tuple look-up, counts are plain dicts.
+        for index, start, end in self._automaton.find_matches_as_indexes(data, overlapping=True):
             for term_id, left, right in checks[index]:
-                if left and start > 0 and _is_word(text[start - 1]):
-                    continue
-                if right and end < end_of_text and _is_word(text[end]):
-                    continue
-                counts = found.get(term_id)
-                if counts is None:
-                    counts = found[term_id] = _Counts()
-                counts.count += 1
-                if len(counts.offsets) < MAX_OFFSETS:
-                    counts.offsets.append(start)
+                if left and start:
+                    byte = data[start - 1]
+                    if ascii_word[byte] if byte < 0x80 else _word_before(data, start):
+                        continue
+                if right and end < end_of_data:
+                    byte = data[end]
+                    if ascii_word[byte] if byte < 0x80 else _word_at(data, end):
+                        continue
+                if term_id in counts:
+                    seen = counts[term_id]
+                    counts[term_id] = seen + 1
+                    if seen < MAX_OFFSETS:
+                        offsets[term_id].append(start)
+                else:
+                    counts[term_id] = 1
+                    offsets[term_id] = [start]
+        to_chars = _char_offsets(data, offsets.values(), len(data) != len(text))
+        for term_id, count in counts.items():
+            found[term_id] = _Counts(count, [to_chars[offset] for offset in offsets[term_id]])
         return found
 
     def _score(
