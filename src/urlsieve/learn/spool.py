@@ -87,6 +87,7 @@ _ORIGINAL = "X-Urlsieve-Original-"
 _RENAMED = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 _NOT_PRINTABLE = re.compile(r"[^!-~]")
 _READ = 1 << 20
+_FEED = 1 << 14
 #: zlib level 1: 3x the speed of level 6 (0.3 ms against 1 ms per 20 kB page, the whole
 #: per-page budget at 500 pages/s) for a ratio of 0.36 against 0.31 on HTML.
 _GZIP_LEVEL = 1
@@ -333,39 +334,43 @@ class _Damage(Exception):
 
 
 def _members(fh: BinaryIO) -> Iterator[tuple[int, int, bytes]]:
-    """``(start, end, data)`` of every gzip member of ``fh``; :class:`_Damage` on damage."""
+    """``(start, end, data)`` of every gzip member of ``fh``; :class:`_Damage` on damage.
+
+    The decoder is fed at most :data:`_FEED` bytes at a time: at a member's end zlib
+    copies the rest of its input (``unused_data``), so feeding it a whole read would copy
+    the read once per member (quadratic in the members of a read)."""
     read = fh.read
     offset = 0  # compressed bytes consumed before the current member
     start = 0
     decoder: zlib._Decompress | None = None
     out: list[bytes] = []
     size = 0
-    pending = b""
+    buffer = b""
+    at = 0  # bytes of ``buffer`` consumed
     while True:
-        if not pending:
-            pending = read(_READ)
-            if not pending:
+        if at >= len(buffer):
+            buffer, at = read(_READ), 0
+            if not buffer:
                 break
         if decoder is None:
             decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
             start, out, size = offset, [], 0
+        piece = buffer[at : at + _FEED]
         try:
-            chunk = decoder.decompress(pending, MAX_RECORD + 1 - size)
+            chunk = decoder.decompress(piece, MAX_RECORD + 1 - size)
         except zlib.error as exc:
             raise _Damage(start, f"not gzip data ({exc})") from None
         out.append(chunk)
         size += len(chunk)
         if size > MAX_RECORD:
             raise _Damage(start, f"a record larger than {MAX_RECORD} bytes")
+        left = decoder.unused_data if decoder.eof else decoder.unconsumed_tail
+        used = len(piece) - len(left)
+        at += used
+        offset += used
         if decoder.eof:
-            rest = decoder.unused_data
-            offset += len(pending) - len(rest)
-            pending = rest
             decoder = None
             yield start, offset, b"".join(out)
-        else:
-            offset += len(pending) - len(decoder.unconsumed_tail)
-            pending = decoder.unconsumed_tail
     if decoder is not None:
         raise _Damage(start, "the file ends inside a gzip member (a torn write)")
 
