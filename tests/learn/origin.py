@@ -19,7 +19,9 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.gateway.servers import serving
 
 __all__ = ["PAGES", "BLOCKED_HOST", "Origin", "Route", "origin_server"]
 
@@ -241,13 +243,6 @@ def origin_server(pages: dict[str, Route] | None = None) -> Iterator[Origin]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    origin.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as port:
+        origin.port = port
         yield origin
-    finally:
-        server.shutdown()
-        server.server_close()

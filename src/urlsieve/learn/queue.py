@@ -54,7 +54,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 from urlsieve.exceptions import ConfigError, LearnError
-from urlsieve.seen.base import cast_params, parse_spec
+from urlsieve.seen.base import ClosingStore, cast_params, parse_spec
 
 __all__ = [
     "BANDS",
@@ -312,22 +312,8 @@ def check_options(recheck: float, max_attempts: int, max_url: int) -> None:
         raise ConfigError(f"max_url={max_url!r}: must be between 16 and 1048576 bytes")
 
 
-class ClosingQueue:
-    """Base of the backends: a queue is a context manager, leaving the block closes it."""
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+#: Base of the backends: a queue is a context manager, leaving the block closes it.
+ClosingQueue = ClosingStore
 
 
 # ---------------------------------------------------------------------- memory backend
