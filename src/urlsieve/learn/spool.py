@@ -65,6 +65,7 @@ from urllib.parse import quote, unquote
 
 from urlsieve.exceptions import LearnError, SpoolCorrupt
 from urlsieve.learn.page import Page
+from urlsieve.seen.base import ClosingStore
 
 __all__ = [
     "Claim",
@@ -180,7 +181,7 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-class Spool:
+class Spool(ClosingStore):
     """The writer side: append pages to rotating WARC segments in ``directory``.
 
     One writer per directory (an ``flock`` on ``.spool.lock``; a second one gets
@@ -307,17 +308,6 @@ class Spool:
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
-
-    def __enter__(self) -> Spool:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"Spool({str(self.directory)!r}, {self._unconsumed} bytes unconsumed)"
