@@ -306,3 +306,26 @@ def test_a_policy_does_not_watch_the_overlay(tmp_path: Path) -> None:
     )
     config = load_config(str(conf), needs_rules=False)
     assert rules_watch(config) == [str(tmp_path / "sg.conf")]
+
+
+def test_the_service_exports_what_the_learning_hook_did(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from urlsieve.gateway.service import create_app
+
+    snapshot = tmp_path / "base.snap"
+    base().save(snapshot)
+    config = load_config(
+        None, env={}, overrides={"snapshot": str(snapshot), "learn_queue": "memory:"}
+    )
+    sink = Sink()
+    feed = UnknownFeed(sink, flush_seconds=0, capacity=1)
+    with TestClient(create_app(config, unknown=feed)) as client:
+        client.post("/v1/check", json={"urls": ["http://a.test/", "http://b.test/"]})
+        assert feed.flush()
+        text = client.get("/metrics").text
+    feed.close()
+    assert 'urlsieve_unknown_total{outcome="seen"} 2' in text
+    queued = int(text.split('urlsieve_unknown_total{outcome="queued"} ')[1].split()[0])
+    dropped = int(text.split('urlsieve_unknown_total{outcome="dropped"} ')[1].split()[0])
+    assert queued + dropped == 2 and queued >= 1

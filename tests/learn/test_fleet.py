@@ -19,8 +19,8 @@ from typing import IO
 from tests.learn.origin import PAGES, Route, origin_server
 from tests.seen.valkey_fixtures import ServerProcess
 from urlsieve.filter import Filter
-from urlsieve.learn.queue import open_queue
-from urlsieve.learn.verdicts import rule_key
+from urlsieve.learn.queue import Sighting, open_queue
+from urlsieve.learn.verdicts import open_verdicts, rule_key
 from urlsieve.learn.verdicts_valkey import ValkeyVerdicts
 
 PHRASES = Path(__file__).parent / "data" / "phrases"
@@ -145,3 +145,36 @@ def test_two_helpers_two_learners_one_killed_nothing_lost(
         # B's overlay enforces every verdict, A's included (the store is shared).
         overlay = Filter.load(tmp_path / "B" / "learned.snap")
         assert all(overlay.check(u).rule is not None for u in urls)
+
+
+def test_a_learner_without_its_valkey_says_so_retries_and_loses_nothing(
+    tmp_path: Path, fresh_server: ServerProcess
+) -> None:
+    (tmp_path / "lists" / "blocked").mkdir(parents=True)
+    (tmp_path / "lists" / "blocked" / "domains").write_text("blocked.test\n", encoding="utf-8")
+    queue_spec = f"{fresh_server.url}?prefix=down&timeout=1"
+    with origin_server(_routes()) as origin:
+        urls = [f"http://f{i}.test:{origin.port}/f/{i}.html" for i in range(4)]
+        with open_queue(queue_spec) as queue:
+            queue.offer([Sighting(u) for u in urls])
+        fresh_server.kill()  # the server goes away with the URLs queued
+        conf = _config(tmp_path, "A", queue_spec, str(tmp_path / "A" / "verdicts.db"))
+        with open(tmp_path / "A.log", "wb") as log:
+            learner = _learner(conf, "A", log)
+            try:
+                deadline = time.monotonic() + 30
+                while b"queue unavailable" not in (tmp_path / "A.log").read_bytes():
+                    assert time.monotonic() < deadline, "the learner did not say so"
+                    time.sleep(0.1)
+                fresh_server.start()  # back, with its append-only file
+                keys = {rule_key(u)[0] for u in urls}
+                while True:
+                    store = tmp_path / "A" / "verdicts.db"
+                    found = {v.key for v in open_verdicts(store).all()} if store.exists() else set()
+                    if found == keys or time.monotonic() > deadline + 30:
+                        break
+                    time.sleep(0.2)
+            finally:
+                learner.send_signal(signal.SIGTERM)
+                learner.wait(timeout=30)
+    assert found == keys, (tmp_path / "A.log").read_text("utf-8", "replace")[-2000:]

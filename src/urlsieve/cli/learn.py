@@ -109,7 +109,6 @@ def _run(args: argparse.Namespace) -> int:
     from urlsieve.learn.classify import Classifier
     from urlsieve.learn.crawl import CrawlSettings
     from urlsieve.learn.phrases import PhraseSet
-    from urlsieve.learn.queue import open_queue
     from urlsieve.learn.runner import Learner
 
     settings = _settings(args)
@@ -133,7 +132,7 @@ def _run(args: argparse.Namespace) -> int:
             )
         classifier = Classifier(phrases, limit=settings.limit, limits=settings.limits)
         log(f"{len(phrases.phrases)} phrases loaded")
-    queue = open_queue(settings.queue)
+    queue = _open_queue_retrying(settings.queue, log)
     store = _store(settings)
     spool = dict(settings.spool)
     learner = Learner(
@@ -192,6 +191,22 @@ def _admin(args: argparse.Namespace) -> Any:
     from urlsieve.learn.admin import LearnAdmin
 
     return LearnAdmin(_settings(args))
+
+
+def _open_queue_retrying(spec: str, log: Callable[[str], None]) -> Any:
+    """The learner's queue; a server that does not answer yet is asked again (backing off
+    to 10 s) until it does or the learner is stopped: what it holds is not lost."""
+    from urlsieve.exceptions import QueueUnavailable
+    from urlsieve.learn.queue import open_queue
+
+    wait = 0.5
+    while True:
+        try:
+            return open_queue(spec)
+        except QueueUnavailable as exc:
+            log(f"queue unavailable, retrying in {wait:.1f} s: {exc}")
+            time.sleep(wait)
+            wait = min(wait * 2, 10.0)
 
 
 def _progress_line(stats: Any, depth: int | None) -> None:

@@ -718,7 +718,25 @@ async def metrics(request: Request) -> Response:
         current = None
     info = rules_info(current, live.loaded_at, live.generation)
     reloads = {"ok": live.reloads, "failed": live.failed_reloads}
-    return PlainTextResponse(state.metrics.render(info, reloads), media_type=CONTENT_TYPE)
+    text = state.metrics.render(info, reloads)
+    if state.unknown is not None:
+        text += _unknown_metrics(state.unknown)
+    return PlainTextResponse(text, media_type=CONTENT_TYPE)
+
+
+def _unknown_metrics(feed: UnknownFeed) -> str:
+    """What the learning hook did: unknown URLs seen, handed to the queue, dropped."""
+    stats = feed.stats
+    return (
+        "# HELP urlsieve_unknown_total Unknown URLs by what became of them (learning on)\n"
+        "# TYPE urlsieve_unknown_total counter\n"
+        f'urlsieve_unknown_total{{outcome="seen"}} {stats.seen}\n'
+        f'urlsieve_unknown_total{{outcome="queued"}} {stats.delivered}\n'
+        f'urlsieve_unknown_total{{outcome="dropped"}} {stats.dropped}\n'
+        "# HELP urlsieve_unknown_queue_errors_total Calls to the learning queue that failed\n"
+        "# TYPE urlsieve_unknown_queue_errors_total counter\n"
+        f"urlsieve_unknown_queue_errors_total {stats.sink_errors}\n"
+    )
 
 
 async def healthz(request: Request) -> Response:

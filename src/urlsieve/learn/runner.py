@@ -80,7 +80,7 @@ class LearnStats:
         self.latencies.append(seconds)
         del self.latencies[:-10_000]
 
-    def prometheus(self, depth: int | None) -> str:
+    def prometheus(self, depth: int | None, dropped: int | None = None) -> str:
         """The counters in Prometheus' text format (written for the textfile collector)."""
         out = [
             "# TYPE urlsieve_learn_claimed_total counter",
@@ -457,13 +457,16 @@ class Learner:
     def write_metrics(self) -> None:
         if self.metrics_file is None:
             return
+        depth: int | None = None
+        dropped: int | None = None
         try:
-            depth = self.queue.depth()
+            queued = self.queue.stats()
+            depth, dropped = queued.depth, queued.dropped
         except LearnError:
-            depth = None
+            pass  # the metrics without the queue's figures
         tmp = self.metrics_file.with_suffix(".tmp")
         try:
-            tmp.write_text(self.stats.prometheus(depth), encoding="utf-8")
+            tmp.write_text(self.stats.prometheus(depth, dropped), encoding="utf-8")
             os.replace(tmp, self.metrics_file)
         except OSError as exc:
             self.log(f"cannot write the metrics file {self.metrics_file}: {exc}")
