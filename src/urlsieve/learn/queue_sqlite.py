@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from urlsieve.exceptions import ConfigError, QueueCorrupt, QueueUnavailable
 from urlsieve.learn.queue import (
@@ -356,34 +357,37 @@ class SqliteQueue(ClosingQueue):
             return None
         return rid, gen, lease
 
+    def _job_row(
+        self, db: sqlite3.Connection, job: Job
+    ) -> tuple[tuple[int, int, int], tuple[Any, ...]] | None:
+        """The job's key and its row ``(state, gen, lease, attempts, host)``, or None when
+        the job names no row of this queue holding its URL."""
+        key = self._parse(job)
+        if key is None:
+            return None
+        row = db.execute(
+            "SELECT state, gen, lease, attempts, host, url FROM urls WHERE id = ?", (key[0],)
+        ).fetchone()
+        if row is None or row[5] != encode_url(job.url, self.max_url):
+            return None
+        return key, tuple(row)
+
     def done(self, jobs: Sequence[Job]) -> int:
         now = self._clock()
         completed = 0
         with self._transaction("done") as db:
             for job in jobs:
-                key = self._parse(job)
-                row = (
-                    None
-                    if key is None
-                    else db.execute(
-                        "SELECT state, gen, host, url FROM urls WHERE id = ?", (key[0],)
-                    ).fetchone()
-                )
-                if (
-                    key is None
-                    or row is None
-                    or row[1] != key[1]
-                    or row[0] > _LEASED
-                    or row[3] != encode_url(job.url, self.max_url)
-                ):
+                found = self._job_row(db, job)
+                if found is None or found[1][1] != found[0][1] or found[1][0] > _LEASED:
                     self._count(db, stale=1)
                     continue
+                key, row = found
                 db.execute(
                     "UPDATE urls SET state = 2, until = ?, clients = x'', consumer = NULL "
                     "WHERE id = ?",
                     (now, key[0]),
                 )
-                host = row[2]
+                host = row[4]
                 if not self._judged(db, host):
                     db.execute("INSERT INTO hosts (host, judged_at) VALUES (?, ?)", (host, now))
                     db.execute(  # the host has a verdict now: its other URLs drop a band
@@ -405,23 +409,11 @@ class SqliteQueue(ClosingQueue):
         taken = failed = 0
         with self._transaction("retry") as db:
             for job in jobs:
-                key = self._parse(job)
-                row = (
-                    None
-                    if key is None
-                    else db.execute(
-                        "SELECT state, gen, lease, attempts, url FROM urls WHERE id = ?", (key[0],)
-                    ).fetchone()
-                )
-                if (
-                    key is None
-                    or row is None
-                    or row[0] != _LEASED
-                    or (row[1], row[2]) != (key[1], key[2])
-                    or row[4] != encode_url(job.url, self.max_url)
-                ):
+                found = self._job_row(db, job)
+                if found is None or found[1][0] != _LEASED or found[1][1:3] != found[0][1:]:
                     self._count(db, stale=1)
                     continue
+                key, row = found
                 taken += 1
                 if row[3] + 1 >= self.max_attempts:
                     failed += 1
