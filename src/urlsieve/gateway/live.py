@@ -26,7 +26,7 @@ from typing import Generic, TypeVar
 
 from urlsieve.exceptions import NoRules, UrlsieveError
 
-__all__ = ["LiveRules", "NoRules"]
+__all__ = ["LiveRules", "NoRules", "file_signature"]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -35,7 +35,8 @@ FileSignature = tuple[int, int, int, int]
 Signature = tuple[FileSignature | None, ...]
 
 
-def _file_signature(path: str) -> FileSignature | None:
+def file_signature(path: str) -> FileSignature | None:
+    """``(device, inode, size, mtime_ns)`` of ``path``, or None when it does not exist."""
     try:
         st = os.stat(path)
     except OSError:
@@ -45,7 +46,7 @@ def _file_signature(path: str) -> FileSignature | None:
 
 def _signature(paths: Sequence[str]) -> Signature | None:
     """The watched files' signatures; None when the first (the rules) does not exist."""
-    signature = tuple(_file_signature(path) for path in paths)
+    signature = tuple(file_signature(path) for path in paths)
     return None if not signature or signature[0] is None else signature
 
 

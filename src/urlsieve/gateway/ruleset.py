@@ -11,6 +11,7 @@ from urlsieve import __version__
 from urlsieve.exceptions import ConfigError, UrlsieveError
 from urlsieve.filter import Filter
 from urlsieve.gateway.config import GatewayConfig
+from urlsieve.gateway.live import FileSignature, file_signature
 from urlsieve.layered import LayeredFilter
 from urlsieve.match.snapshot import SnapshotInfo, read_snapshot_info
 from urlsieve.rules.model import ALLOW, BLOCK
@@ -126,7 +127,7 @@ class LayeredLoader:
         self._overlay = overlay
         self._log = log
         self._base: Filter | None = None
-        self._base_signature: tuple[int, int] | None = None
+        self._base_signature: FileSignature | None = None
         self._last: Filter | None = None  # the last overlay that opened
         self._last_inode: int | None = None
 
@@ -134,13 +135,7 @@ class LayeredLoader:
         self._base = None
 
     def __call__(self) -> LayeredFilter:
-        signature = None
-        if self._base_path is not None:
-            try:
-                st = os.stat(self._base_path)
-                signature = (st.st_ino, st.st_mtime_ns)
-            except OSError:
-                signature = None
+        signature = None if self._base_path is None else file_signature(self._base_path)
         if self._base is None or signature != self._base_signature:
             self._base = self._load_base()
             self._base_signature = signature

@@ -41,14 +41,20 @@ from urlsieve.learn.queue import Job, UnknownQueue
 from urlsieve.learn.spool import Spool, claim_next
 from urlsieve.learn.verdicts import Learned, Verdicts, rule_key
 
-__all__ = ["LATENCY_BUCKETS", "LearnStats", "Learner", "learned_from", "redirect_verdict"]
+__all__ = [
+    "LATENCY_BUCKETS",
+    "LearnStats",
+    "Learner",
+    "category_of",
+    "learned_from",
+    "redirect_verdict",
+]
 
 #: Seconds: the buckets of the first-sighting-to-enforcement histogram.
 LATENCY_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
 
-#: Outcomes that end a job without a verdict (the URL stays unknown until re-checked).
-_NO_VERDICT = ("robots", "refused", "not-html", "http-error", "too-many-redirects")
-#: Outcomes tried again later.
+#: Outcomes tried again later (every other one without a page ends the job without a
+#: verdict: the URL stays unknown until the queue's re-check age).
 _RETRY = ("timeout", "error")
 
 HopCheck = Callable[[str], "tuple[str, str] | None"]
@@ -121,13 +127,21 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
 
 
+def category_of(result: Classification) -> str:
+    """The category a classified page is learned under: its blocking category, or the
+    learned allow list's."""
+    if result.blocked:
+        return result.category or "learned"
+    return CLEAN_CATEGORY
+
+
 def learned_from(page: Page, result: Classification, now: float) -> list[Learned]:
     """The verdicts one classified page gives: its start URL, and for a blocked page
     reached through redirects the final URL too."""
     digest = hashlib.sha256(page.body).hexdigest()
     evidence = tuple((h.phrase, h.weight, h.count) for h in result.evidence[:10])
     blocked = result.blocked
-    category = (result.category or "learned") if blocked else CLEAN_CATEGORY
+    category = category_of(result)
     urls = [page.url]
     if blocked and page.final_url != page.url:
         urls.append(page.final_url)
@@ -417,8 +431,7 @@ class Learner:
     def _classify(self, page: Page) -> list[Learned]:
         assert self.classifier is not None
         result = self.classifier.classify_page(page)
-        self.stats.classified[result.category if result.blocked and result.category else
-                              CLEAN_CATEGORY if not result.blocked else "learned"] += 1  # fmt: skip
+        self.stats.classified[category_of(result)] += 1
         return learned_from(page, result, self.clock())
 
     def rebuild(self) -> None:
