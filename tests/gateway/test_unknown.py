@@ -250,21 +250,27 @@ def test_the_service_queues_unknown_urls_for_the_peer(tmp_path: Path, unknown: s
         env={},
         overrides={"snapshot": str(snapshot), "learn_queue": "memory:", "unknown": unknown},
     )
-    sink = Sink()
-    feed = UnknownFeed(sink, flush_seconds=0)
+    from urlsieve.learn.queue import open_queue
+    from urlsieve.learn.sink import queue_sink
+
+    queue = open_queue("memory:")  # the real sink: what the learner would be handed
+    feed = UnknownFeed(queue_sink(queue), flush_seconds=0)
     with TestClient(create_app(config, unknown=feed)) as client:
         known = client.get("/v1/check", params={"url": "http://evil.com/"}).json()
         assert known["action"] == "block" and "unknown" not in known
         one = client.get("/v1/check", params={"url": "HTTP://New.Test:80/a"}).json()
         batch = client.post(
-            "/v1/check", json={"urls": ["http://good.org/", "http://other.test/b"]}
+            "/v1/check",
+            json={"urls": ["http://good.org/", "http://other.test/b", "http://ported.test:8080/c"]},
         ).json()["results"]
     assert one["unknown"] is True and batch[1]["unknown"] is True and "unknown" not in batch[0]
     expected = ("block", "unclassified") if unknown == "block" else ("none", None)
     assert (one["action"], one["category"]) == expected
     assert feed.flush()
     feed.close()
-    assert sorted(sink.urls) == ["http://new.test/a", "http://other.test/b"]
+    queued = sorted(job.url for job in queue.claim("test", 10))
+    # The port the client asked for is kept: the crawler must fetch that port.
+    assert queued == ["http://new.test/a", "http://other.test/b", "http://ported.test:8080/c"]
 
 
 def test_a_bad_overlay_never_costs_the_base_rules(tmp_path: Path) -> None:

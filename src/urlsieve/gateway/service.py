@@ -566,7 +566,7 @@ def _learn(request: Request, state: ServiceState, results: list[dict[str, Any]])
     peer = client[0] if client else None
     for result in results:
         if result.get("action") == "none":
-            feed.add(result["canonical"], peer)
+            feed.add(result["url"], peer)  # as asked: the filter's form drops the port
             result["unknown"] = True
             if state.block_unknown:
                 result["action"] = "block"
