@@ -31,6 +31,10 @@
 #include <xxhash.h>
 #endif
 
+#define MAX_URL 65536
+/* Room for a rewritten URL: at most MAX_URL + 16 bytes (what every caller allocates). */
+#define REWRITE_CAP (MAX_URL + 16)
+
 enum { HOST = 1, SEG_FIRST = 2, SEG_REST = 4, QUERY = 8 };
 static unsigned char cls[128];
 static unsigned char quote_safe[256]; /* A-Z a-z 0-9 _ . - ~ */
@@ -218,9 +222,12 @@ canonical_of(PyObject *url, const spans *sp)
  * The near-canonical rewrite: the spellings an evasion (or a browser) most often adds to
  * a canonical URL, undone in C so that the URL can take the fast path: an upper-case
  * scheme or host, userinfo, a port (the filter profile keeps none), leading, trailing or
- * repeated dots in the host. Anything else (escapes in the host, IDN, xn-- labels, a
- * fragment, backslashes, white space, dot segments in the path, a scheme-less host:port)
- * is left to the Python canonicaliser: the rewrite returns 0 and the caller falls back.
+ * repeated dots in the host; in the path, percent-escapes (undone until none is left,
+ * then the bytes canonicalisation escapes escaped again), "." and ".." segments and
+ * runs of "/"; in the query, the same escaping. Anything else (escapes in the host, IDN,
+ * xn-- labels, a fragment, backslashes, white space, a scheme-less host:port, an escaped
+ * "?" in the path) is left to the Python canonicaliser (urlsieve/url/path.py is the
+ * reference of every path step): the rewrite returns 0 and the caller falls back.
  * The result must then pass scan_canonical, so what comes out is canonical by the same
  * test as every fast-path URL (the tests compare the verdicts and canonical forms with
  * urlsieve.parse_url on generated evasions).
@@ -236,7 +243,110 @@ lower_eq(const unsigned char *s, Py_ssize_t n, const char *word)
     return word[n] == '\0';
 }
 
-/* Writes the rewritten URL to out (room for n + 8 bytes); returns its length, or -1. */
+static inline int
+hex_value(unsigned char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* s[0:n] percent-unescaped until no "%XX" is left, into out; returns the length (<= n).
+   One pass (path.py's _unescape_fully): each byte is appended, and a "%XX" it completes
+   at the end of the output is replaced by its byte, again while that makes another. */
+static Py_ssize_t
+unescape_fully(const unsigned char *s, Py_ssize_t n, unsigned char *out)
+{
+    Py_ssize_t w = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        out[w++] = s[r];
+        while (w >= 3 && out[w - 3] == '%') {
+            int hi = hex_value(out[w - 2]), lo = hex_value(out[w - 1]);
+            if (hi < 0 || lo < 0) break;
+            out[w - 3] = (unsigned char)(hi << 4 | lo);
+            w -= 2;
+        }
+    }
+    return w;
+}
+
+/* path.py's collapse_path on p[0:n] in place ("." and ".." segments resolved, then runs
+   of "/" collapsed; empty is "/"); p has room for n + 1 bytes. Returns the length. */
+static Py_ssize_t
+collapse_path_inplace(unsigned char *p, Py_ssize_t n)
+{
+    if (n == 0 || p[0] != '/') {
+        memmove(p + 1, p, (size_t)n);
+        p[0] = '/';
+        n++;
+    }
+    /* segments after the leading "/": kept ones are written back at w (w <= r) */
+    Py_ssize_t w = 1, r = 1, kept = 0;
+    int trailing = 0;
+    while (1) {
+        Py_ssize_t e = r;
+        while (e < n && p[e] != '/') e++;
+        Py_ssize_t len = e - r;
+        int dot = len == 1 && p[r] == '.', dotdot = len == 2 && p[r] == '.' && p[r + 1] == '.';
+        if (dotdot) {
+            if (kept == 1) {
+                w = 1;
+                kept = 0;
+            } else if (kept > 1) {
+                w--;
+                while (p[w] != '/') w--; /* the "/" before the last kept segment */
+                kept--;
+            }
+        } else if (!dot) {
+            if (kept > 0) p[w++] = '/';
+            memmove(p + w, p + r, (size_t)len);
+            w += len;
+            kept++;
+        }
+        if (e >= n) {
+            trailing = dot || dotdot;
+            break;
+        }
+        r = e + 1;
+    }
+    if (trailing && kept > 0) p[w++] = '/';
+    /* runs of "/" */
+    Py_ssize_t o = 0;
+    for (Py_ssize_t i = 0; i < w; i++) {
+        if (p[i] == '/' && o > 0 && p[o - 1] == '/') continue;
+        p[o++] = p[i];
+    }
+    return o;
+}
+
+/* path.py's escape of p[0:n] in place (bytes <= 0x20, >= 0x7F, "#" and "%" as "%XX"),
+   if the result fits in cap bytes; returns its length, or -1. */
+static Py_ssize_t
+escape_inplace(unsigned char *p, Py_ssize_t n, Py_ssize_t cap)
+{
+    Py_ssize_t extra = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        extra += (c <= 0x20 || c >= 0x7F || c == '#' || c == '%') ? 2 : 0;
+    }
+    if (n + extra > cap) return -1;
+    static const char hex[] = "0123456789ABCDEF";
+    Py_ssize_t w = n + extra;
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        unsigned char c = p[i];
+        if (c <= 0x20 || c >= 0x7F || c == '#' || c == '%') {
+            p[--w] = (unsigned char)hex[c & 15];
+            p[--w] = (unsigned char)hex[c >> 4];
+            p[--w] = '%';
+        } else {
+            p[--w] = c;
+        }
+    }
+    return n + extra;
+}
+
+/* Writes the rewritten URL to out (room for REWRITE_CAP bytes); returns its length, or -1. */
 static Py_ssize_t
 rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out)
 {
@@ -314,8 +424,25 @@ rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out)
     for (Py_ssize_t j = host_start; j + 3 < o; j++) { /* an xn-- label: IDNA decides */
         if ((j == host_start || out[j - 1] == '.') && memcmp(out + j, "xn--", 4) == 0) return -1;
     }
-    memcpy(out + o, s + a1, (size_t)(n - a1));
-    return o + (n - a1);
+    if (n + 8 > REWRITE_CAP) return -1;
+    /* the path: unescaped, dot segments and "/" runs collapsed, escaped again */
+    Py_ssize_t q = a1;
+    while (q < n && s[q] != '?') q++;
+    Py_ssize_t len = unescape_fully(s + a1, q - a1, out + o);
+    if (memchr(out + o, '?', (size_t)len) != NULL) return -1; /* "%3F": not a query */
+    len = collapse_path_inplace(out + o, len);
+    len = escape_inplace(out + o, len, REWRITE_CAP - o - 1);
+    if (len < 0) return -1;
+    o += len;
+    if (q < n) { /* the query: unescaped and escaped again */
+        if (o + (n - q) > REWRITE_CAP) return -1;
+        out[o++] = '?';
+        len = unescape_fully(s + q + 1, n - q - 1, out + o);
+        len = escape_inplace(out + o, len, REWRITE_CAP - o);
+        if (len < 0) return -1;
+        o += len;
+    }
+    return o;
 }
 
 /* scan_canonical(s), else the rewrite into buf and scan_canonical of that: 1 with *text
@@ -522,7 +649,6 @@ enum { F_ALLOW = 1, F_EXACT_HOST = 2, F_ANCHORED = 4, F_IP = 8 };
 #define QUERY_BIT (UINT64_C(1) << 63)
 #define DEEP_BIT 62
 #define COUNT_BITS 16
-#define MAX_URL 65536
 
 typedef struct {
     const unsigned char *base;
@@ -1141,6 +1267,295 @@ quote_all(PyObject *module, PyObject *arg)
     return out;
 }
 
+#ifdef URLSIEVE_XXHASH
+/* ---------------------------------------------------------------------------------------
+ * compile_lines: plain list lines straight into the snapshot builder's arrays.
+ *
+ * The reference is the per-line path (urlsieve/rules/readers.py: plain_line, and the
+ * squidGuard domains/urls parsers in rules/load.py, into SnapshotBuilder.add). A line
+ * is taken here only when that path would make of it a rule whose every field is
+ * known without further work: a canonical host name with a dot and no path, or (not
+ * in a domains file) such a host and a canonical lower-case path with no query, no
+ * anchor and, in a urls file, no leading www/web/ftp label. Empty lines and "#" lines
+ * are counted as comments. Any other line stops the run: the caller reads it the slow
+ * way and calls again after it, so rules keep their reading order.
+ */
+enum { LIST_PLAIN = 0, LIST_DOMAINS = 1, LIST_URLS = 2 };
+#define MAX_LIST_LINE 65536
+#define F_ALLOW 1
+#define F_PATTERN_HOST 16
+#define F_PATTERN_HOST_PATH 32
+#define DEEP_BIT 62
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} growbuf;
+
+static int
+grow_put(growbuf *b, const void *data, size_t len)
+{
+    if (b->n + len > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + len) cap *= 2;
+        char *p = PyMem_Realloc(b->p, cap);
+        if (p == NULL) return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, data, len);
+    b->n += len;
+    return 0;
+}
+
+static inline uint64_t
+nonzero_hash(const void *data, size_t len)
+{
+    uint64_t h = XXH3_64bits(data, len);
+    return h ? h : 1; /* 0 marks an empty slot */
+}
+
+/* "www." / "web2." / "ftp." at the start, any case: squidGuard drops it from urls lines. */
+static int
+www_label(const unsigned char *s, Py_ssize_t n)
+{
+    if (n < 4) return 0;
+    char a = (char)(s[0] | 0x20), b = (char)(s[1] | 0x20), c = (char)(s[2] | 0x20);
+    if (!((a == 'w' && b == 'w' && c == 'w') || (a == 'w' && b == 'e' && c == 'b')
+          || (a == 'f' && b == 't' && c == 'p')))
+        return 0;
+    Py_ssize_t i = 3;
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    return i < n && s[i] == '.';
+}
+
+static PyObject *
+compile_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "compile_lines(text, pos, mode, max_lines, rule_id, string_offset, "
+                        "category_id, allow) takes 8 arguments");
+        return NULL;
+    }
+    PyObject *text = args[0];
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "compile_lines: text must be a str");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long mode = PyLong_AsLong(args[2]);
+    Py_ssize_t max_lines = PyLong_AsSsize_t(args[3]);
+    unsigned long long rule_id = PyLong_AsUnsignedLongLong(args[4]);
+    unsigned long long string_offset = PyLong_AsUnsignedLongLong(args[5]);
+    long category = PyLong_AsLong(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    int allow = PyObject_IsTrue(args[7]);
+    if (allow < 0) return NULL;
+    if (mode < LIST_PLAIN || mode > LIST_URLS || category < 0 || category > 0xFFFF
+        || max_lines < 1 || rule_id > 0xFFFFFFFFull) {
+        PyErr_SetString(PyExc_ValueError, "compile_lines: argument out of range");
+        return NULL;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    /* Only one-byte text (ASCII or Latin-1): a character past U+00FF is never on a fast
+       line, and a text holding one is read line by line. */
+    if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND || pos < 0 || pos >= n) Py_RETURN_NONE;
+    const unsigned char *s = PyUnicode_1BYTE_DATA(text);
+
+    growbuf strings = {0}, offsets = {0}, lengths = {0}, lines = {0}, flags = {0}, dedup = {0},
+            seen = {0}, expr_hash = {0}, expr_rule = {0}, host_hash = {0}, host_bits = {0};
+    unsigned char *key = PyMem_Malloc(MAX_LIST_LINE + 8);
+    if (key == NULL) return PyErr_NoMemory();
+    Py_ssize_t taken = 0, comments = 0, rules = 0;
+    uint64_t depths = 0;
+    PyObject *result = NULL;
+    int failed = 0;
+
+    Py_BEGIN_ALLOW_THREADS
+    while (pos < n && taken < max_lines) {
+        const unsigned char *nl = memchr(s + pos, '\n', (size_t)(n - pos));
+        Py_ssize_t end = nl ? nl - s : n, len = end - pos;
+        const unsigned char *line = s + pos;
+        while (len > 0 && line[len - 1] == '\r') len--;
+        if (len == 0 || line[0] == '#') {
+            comments++;
+        } else {
+            spans sp;
+            if (len > MAX_LIST_LINE || line[len - 1] == '|'
+                || (mode == LIST_URLS && www_label(line, len))
+                || !scan_canonical(line, len, 0, &sp) || sp.has_scheme || sp.is_ip
+                || (mode == LIST_DOMAINS && sp.has_path))
+                break;
+            Py_ssize_t n_host = sp.host_end, n_path = sp.has_path ? sp.path_end - n_host : 1;
+            int dots = 0, slashes = 0, upper = 0;
+            for (Py_ssize_t i = 0; i < n_host; i++) dots += line[i] == '.';
+            if (dots == 0) break; /* one label: maybe a top-level domain, the slow path says */
+            for (Py_ssize_t i = n_host; i < sp.path_end; i++) {
+                slashes += line[i] == '/';
+                upper |= line[i] >= 'A' && line[i] <= 'Z';
+            }
+            if (upper) break; /* rule paths are lower-cased: the pattern is kept as written */
+            if (!sp.has_path) slashes = 1;
+            /* host + path, the rule's strings and its first lookup expression */
+            memcpy(key, line, (size_t)n_host);
+            if (sp.has_path) memcpy(key + n_host, line + n_host, (size_t)n_path);
+            else key[n_host] = '/';
+            size_t base = (size_t)(n_host + n_path);
+            uint64_t offset = string_offset + strings.n;
+            uint32_t lens[3] = {0, (uint32_t)n_host, (uint32_t)n_path};
+            uint16_t flag = (sp.has_path ? F_PATTERN_HOST_PATH : F_PATTERN_HOST) | (allow ? F_ALLOW : 0);
+            uint32_t id = (uint32_t)(rule_id + (uint64_t)rules);
+            /* the expressions: the path, and below it unless it ends with "/" */
+            int below = key[base - 1] != '/';
+            uint64_t eh[2], hb[2];
+            eh[0] = nonzero_hash(key, base);
+            hb[0] = 1ull << (slashes < DEEP_BIT ? slashes : DEEP_BIT);
+            if (below) {
+                key[base] = '/';
+                eh[1] = nonzero_hash(key, base + 1);
+                hb[1] = 1ull << (slashes + 1 < DEEP_BIT ? slashes + 1 : DEEP_BIT);
+            }
+            uint64_t hh = nonzero_hash(key, (size_t)n_host);
+            /* what the rule matches (shape 0: open host, open path, no query) */
+            key[base] = 0;
+            key[base + 1] = (unsigned char)(n_path & 0xFF);
+            key[base + 2] = (unsigned char)(n_host & 0xFF);
+            uint64_t sk = nonzero_hash(key, base + 3);
+            key[base + 3] = (unsigned char)(category & 0xFF);
+            key[base + 4] = (unsigned char)(category >> 8);
+            uint64_t dk = nonzero_hash(key, base + 5);
+            uint32_t line_at = (uint32_t)taken;
+            int d = dots + 1 < 63 ? dots + 1 : 63;
+            depths |= 1ull << d;
+            if (grow_put(&strings, line, (size_t)n_host) < 0
+                || grow_put(&strings, sp.has_path ? line + n_host : (const unsigned char *)"/",
+                            (size_t)n_path) < 0
+                || grow_put(&offsets, &offset, 8) < 0 || grow_put(&lengths, lens, 12) < 0
+                || grow_put(&lines, &line_at, 4) < 0 || grow_put(&flags, &flag, 2) < 0
+                || grow_put(&dedup, &dk, 8) < 0 || grow_put(&seen, &sk, 8) < 0) {
+                failed = 1;
+                break;
+            }
+            for (int e = 0; e <= below; e++) {
+                if (grow_put(&expr_hash, &eh[e], 8) < 0 || grow_put(&expr_rule, &id, 4) < 0
+                    || grow_put(&host_hash, &hh, 8) < 0 || grow_put(&host_bits, &hb[e], 8) < 0) {
+                    failed = 1;
+                    break;
+                }
+            }
+            if (failed) break;
+            rules++;
+        }
+        taken++;
+        pos = end + 1;
+    }
+    Py_END_ALLOW_THREADS
+
+    if (failed) {
+        PyErr_NoMemory();
+    } else if (taken > 0) {
+#define BUF(b) ((b).p ? (b).p : ""), (Py_ssize_t)(b).n
+        result = Py_BuildValue("nnnny#y#y#y#y#y#y#y#y#y#y#K", pos, taken, comments, rules,
+                               BUF(strings), BUF(offsets), BUF(lengths), BUF(lines), BUF(flags),
+                               BUF(dedup), BUF(seen), BUF(expr_hash), BUF(expr_rule),
+                               BUF(host_hash), BUF(host_bits), (unsigned long long)depths);
+#undef BUF
+    } else {
+        result = Py_NewRef(Py_None);
+    }
+    growbuf *all[] = {&strings, &offsets,   &lengths,  &lines,     &flags,    &dedup,
+                      &seen,    &expr_hash, &expr_rule, &host_hash, &host_bits};
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) PyMem_Free(all[k]->p);
+    PyMem_Free(key);
+    return result;
+}
+
+#endif /* URLSIEVE_XXHASH */
+
+/* ---------------------------------------------------------------------------------------
+ * table_place(keys, values, table): the open-addressing table of match/snapshot.py's
+ * _table (its reference), placed in the same rounds: in each round every key still
+ * homeless tries its current slot, and in input order the first to find it free takes
+ * it; the others move one slot on. The same bytes as the reference, in one pass per
+ * round instead of a sort.
+ */
+static PyObject *
+table_place(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "table_place(keys, values, table) takes 3 arguments");
+        return NULL;
+    }
+    Py_buffer kb, vb, tb;
+    if (PyObject_GetBuffer(args[0], &kb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &vb, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&kb);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &tb, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&kb);
+        PyBuffer_Release(&vb);
+        return NULL;
+    }
+    Py_ssize_t n = kb.len / 8, slots = tb.len / 16;
+    PyObject *result = NULL;
+    int64_t *pending = NULL;
+    int64_t *position = NULL;
+    unsigned char *occupied = NULL;
+    if (kb.len % 8 || vb.len != kb.len || tb.len % 16 || slots < 1 || (slots & (slots - 1))
+        || n > slots) {
+        PyErr_SetString(PyExc_ValueError,
+                        "table_place: keys and values hold n uint64, table 2 * slots (a power "
+                        "of two, at least n)");
+        goto done;
+    }
+    pending = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *pending);
+    position = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *position);
+    occupied = PyMem_Calloc((size_t)slots, 1);
+    if (pending == NULL || position == NULL || occupied == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const uint64_t *keys = kb.buf, *values = vb.buf;
+    uint64_t *table = tb.buf;
+    Py_BEGIN_ALLOW_THREADS
+    memset(table, 0, (size_t)tb.len);
+    uint64_t mask = (uint64_t)slots - 1;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        pending[k] = k;
+        position[k] = (int64_t)(keys[k] & mask);
+    }
+    Py_ssize_t left = n;
+    while (left > 0) {
+        Py_ssize_t kept = 0;
+        for (Py_ssize_t j = 0; j < left; j++) {
+            int64_t k = pending[j], at = position[k];
+            if (!occupied[at]) {
+                occupied[at] = 1;
+                table[2 * at] = keys[k];
+                table[2 * at + 1] = values[k];
+            } else {
+                position[k] = (int64_t)(((uint64_t)at + 1) & mask);
+                pending[kept++] = k;
+            }
+        }
+        left = kept;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_Free(pending);
+    PyMem_Free(position);
+    PyMem_Free(occupied);
+    PyBuffer_Release(&kb);
+    PyBuffer_Release(&vb);
+    PyBuffer_Release(&tb);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"fast_canonical", (PyCFunction)(void (*)(void))fast_canonical, METH_FASTCALL,
      "fast_canonical(url, allow_query) -> str | None\n\n"
@@ -1167,6 +1582,17 @@ static PyMethodDef methods[] = {
      "xxh3-64 (bits 64) or xxh3-128 as (high, low) (bits 128) of each fast-path URL's\n"
      "canonical form into out (uint64); returns the positions of the other URLs."},
 #endif
+#ifdef URLSIEVE_XXHASH
+    {"compile_lines", (PyCFunction)(void (*)(void))compile_lines, METH_FASTCALL,
+     "compile_lines(text, pos, mode, max_lines, rule_id, string_offset, category_id,\n"
+     "allow)"
+     "-> tuple | None\n\n"
+     "The run of plain rule lines of text from pos, as SnapshotBuilder arrays (None when\n"
+     "the line at pos is for the line-by-line reader)."},
+#endif
+    {"table_place", (PyCFunction)(void (*)(void))table_place, METH_FASTCALL,
+     "table_place(keys, values, table) -> None\n\n"
+     "Fill table (2 * slots uint64) with the (key, value) pairs, linear probing in rounds."},
     {"quote_all", (PyCFunction)quote_all, METH_O,
      "quote_all(text) -> str | None\n\n"
      "ASCII text percent-encoded but A-Z a-z 0-9 _ . - ~ (None for non-ASCII text)."},

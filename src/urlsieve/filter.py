@@ -108,7 +108,7 @@ class Filter:
                 categories=categories or None,
                 strict=strict,
                 progress=progress,
-                sink=builder.add,
+                sink=builder,
             )
 
         result = load(block, None)

@@ -202,14 +202,30 @@ def test_a_damaged_image_gives_answers_never_a_crash(noise: bytes, urls: list[st
     assert all(-2 <= int(i) < len(matcher) for i in out)
 
 
+# Path and query pieces an evasion splices in: escapes of every kind (nested, lower-case,
+# of "/", "?", "%", "\\", of bytes canonicalisation escapes, broken ones), dot segments,
+# "/" runs.
+_PATH_PIECES = [
+    *("/", "//", "/./", "/../", "/..", "/.", ".", "..", "/.hidden", "/...", "a", "~", "-"),
+    *("%2e", "%2E", "%2e%2e", "%252e", "%25252E", "%2F", "%2f", "%3F", "%3f", "%23", "%5C"),
+    *("%25", "%", "%4", "%zz", "%41", "%61", "%20", "%7e", "%7F", "%C3%A9", "%00", "%ff"),
+    *("%%32%65", "%2%35", "?", "&", "="),
+]
+
+
 def _evasion(draw: st.DrawFn) -> str:
     """A URL of the generated vocabulary in the spellings an evasion adds: case, userinfo,
-    ports (valid and not), dots around and inside the host, no scheme."""
+    ports (valid and not), dots around and inside the host, no scheme; escapes, dot
+    segments and "/" runs spliced into the path and query."""
     url = draw(st.sampled_from(rulegen.random_urls(300, 12)))
     scheme, _, rest = url.partition("://")
     if not rest:
         scheme, rest = "http", url
     host, slash, tail = rest.partition("/")
+    if slash and draw(st.booleans()):
+        pieces = draw(st.lists(st.sampled_from(_PATH_PIECES), max_size=6))
+        at = draw(st.integers(0, len(tail)))
+        tail = tail[:at] + "".join(pieces) + tail[at:]
     host = draw(st.sampled_from(["", ".", ".."])) + host + draw(st.sampled_from(["", ".", ".."]))
     host = host.replace(".", draw(st.sampled_from([".", ".", ".."])), 1)
     host = "".join(c.upper() if draw(st.booleans()) else c for c in host)

@@ -69,6 +69,7 @@ from urlsieve._accel import speedups
 from urlsieve.exceptions import InvalidURL, SnapshotError
 from urlsieve.match.base import Explanation, Verdict
 from urlsieve.rules.model import ALLOW, BLOCK, NONE, Rule, rank_of, storage_keys
+from urlsieve.rules.readers import LineContext
 from urlsieve.url import URL, parse_url
 
 __all__ = [
@@ -124,8 +125,13 @@ _QUERY_BIT = 1 << 63
 _DEEP_BIT = 62  # depths >= 62 share one bit
 
 _hash = xxhash.xxh3_64_intdigest
-# The compiled batch lookup (absent when the extension was built without xxhash.h).
+# The compiled batch lookup and list reader (absent when the extension was built
+# without xxhash.h), and the table layout.
 _match = getattr(speedups, "snapshot_match", None)
+_compile_lines = getattr(speedups, "compile_lines", None)
+_table_place = getattr(speedups, "table_place", None)
+#: Lines read per call of the compiled list reader (a progress report each).
+_TEXT_CHUNK = 1 << 16
 
 
 def _h(data: bytes) -> int:
@@ -183,19 +189,41 @@ def _path_candidates(path: str, query: str | None) -> list[tuple[int, int, bool]
     return out
 
 
-def _table(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """An open-addressing table of (key, value) u64 pairs, linear probing, 0 = empty.
-
-    Built in rounds, vectorised: every key still homeless tries its current slot;
-    of those finding it free, the first in input order takes it, the rest (and
-    those finding it taken) move one slot on. A key ends where linear probing
-    from its home finds it, past occupied slots only. Deterministic.
-    """
+def _slots(n: int) -> int:
+    """The slot count of a table of ``n`` keys: a power of two, at most 60 % full."""
     slots = 8
-    while slots * _MAX_LOAD < len(keys):
+    while slots * _MAX_LOAD < n:
         slots *= 2
+    return slots
+
+
+def _table(keys: np.ndarray, values: np.ndarray, table: np.ndarray | None = None) -> np.ndarray:
+    """An open-addressing table of (key, value) u64 pairs, linear probing, 0 = empty,
+    in ``table`` (``2 * _slots(len(keys))`` uint64, zeroed here) or a new array.
+
+    Built in rounds: every key still homeless tries its current slot; of those
+    finding it free, the first in input order takes it, the rest (and those finding
+    it taken) move one slot on. A key ends where linear probing from its home finds
+    it, past occupied slots only. Deterministic: the compiled ``table_place`` lays
+    out the same bytes in a loop per round; this vectorised code is its reference.
+    """
+    slots = _slots(len(keys))
+    if table is None:
+        table = np.zeros(2 * slots, dtype="<u8")
+    if _table_place is not None:
+        _table_place(
+            np.ascontiguousarray(keys, dtype=np.uint64),
+            np.ascontiguousarray(values, dtype=np.uint64),
+            table,
+        )
+        return table
+    return _table_rounds(keys, values, table)
+
+
+def _table_rounds(keys: np.ndarray, values: np.ndarray, table: np.ndarray) -> np.ndarray:
+    slots = len(table) // 2
     mask = np.uint64(slots - 1)
-    table = np.zeros(2 * slots, dtype="<u8")
+    table[:] = 0
     occupied = np.zeros(slots, dtype=bool)
     position = (keys & mask).astype(np.int64)
     pending = np.arange(len(keys), dtype=np.int64)
@@ -246,9 +274,10 @@ class SnapshotInfo:
 class SnapshotBuilder:
     """Rules in, an image out; :meth:`add` keeps a rule as a few array entries, not an object.
 
-    ``add`` streams (``load_lists(..., sink=builder.add)``); :meth:`build` settles
-    conflicts (one rule per key and category: ``allow`` wins, else the first read),
-    groups the postings and lays out the hash tables with numpy.
+    ``add`` streams (``load_lists(..., sink=builder)``, which hands runs of plain lines
+    to :meth:`add_text`, compiled); :meth:`build` settles conflicts (one rule per key
+    and category: ``allow`` wins, else the first read), groups the postings and lays
+    out the hash tables with numpy.
     """
 
     def __init__(self) -> None:
@@ -269,9 +298,78 @@ class SnapshotBuilder:
         self._sources: dict[str, int] = {}
         self._categories: dict[str, int] = {}
         self._seen: set[int] = set()
+        self._built = False
 
     def __len__(self) -> int:
         return len(self._flags)
+
+    def __call__(self, rule: Rule) -> bool:
+        """:meth:`add`: a builder is a rule sink for :func:`~urlsieve.rules.load_lists`,
+        which also gives it runs of plain lines through :meth:`add_text`."""
+        return self.add(rule)
+
+    def add_text(
+        self, text: str, pos: int, mode: int, ctx: LineContext, first_line: int
+    ) -> tuple[int, int, int, int, int] | None:
+        """The run of plain rule lines of ``text`` from ``pos`` added in one compiled call
+        with the action, category and source of ``ctx``
+        (:data:`urlsieve.rules.readers.TEXT_MODES` says which lines a mode takes; line
+        numbers start at ``first_line``); ``None`` when the line at ``pos`` is not such a
+        line, or without the compiled reader: the caller reads it with :meth:`add`.
+
+        Returns ``(pos after the run, lines, comment lines, rules new, duplicates)``; the
+        rules are those :meth:`add` would have kept for the same lines, in the same order.
+        """
+        if self._built:
+            raise RuntimeError("this SnapshotBuilder has built its image already")
+        if _compile_lines is None:
+            return None
+        category = ctx.category
+        category_id = self._categories.get(category)
+        if category_id is None:
+            if len(self._categories) > 0xFFFF:
+                raise ValueError("more than 65,536 categories")
+            category_id = len(self._categories)
+        run = _compile_lines(
+            text,
+            pos,
+            mode,
+            _TEXT_CHUNK,
+            len(self._flags),
+            len(self._strings),
+            category_id,
+            ctx.action == ALLOW,
+        )
+        if run is None:
+            return None
+        (end, lines, comments, rules, strings, offsets, lengths, numbers, flags, dedup, keys,
+         expr_hash, expr_rule, host_hash, host_bits, depths) = run  # fmt: skip
+        if rules:
+            self._categories.setdefault(category, category_id)
+            if len(self._strings) + len(strings) > _MAX_STRINGS:
+                raise ValueError("rule text above 4 GiB: split the lists")
+            source_id = self._sources.setdefault(ctx.source or "", len(self._sources))
+            self._strings += strings
+            self._offset.frombytes(offsets)
+            self._lengths.frombytes(lengths)
+            self._query.frombytes(np.full(rules, -1, "<i4").tobytes())
+            self._source.frombytes(np.full(rules, source_id, "<u4").tobytes())
+            line = np.frombuffer(numbers, "<u4").astype(np.int64) + first_line
+            line[line >= 1 << 32] = 0
+            self._line.frombytes(line.astype("<u4").tobytes())
+            self._category.frombytes(np.full(rules, category_id, "<u2").tobytes())
+            self._flags.frombytes(flags)
+            self._dedup.frombytes(dedup)
+            self._expr_hash.frombytes(expr_hash)
+            self._expr_rule.frombytes(expr_rule)
+            self._host_hash.frombytes(host_hash)
+            self._host_bits.frombytes(host_bits)
+            self._host_depths |= depths
+        seen = self._seen
+        before = len(seen)
+        seen.update(np.frombuffer(keys, np.uint64).tolist())
+        new = len(seen) - before
+        return end, lines, comments, new, rules - new
 
     def add(self, rule: Rule) -> bool:
         """Add one rule; False when a rule with its key was added before (in any category:
@@ -279,6 +377,8 @@ class SnapshotBuilder:
 
         :class:`ValueError` past 65,536 categories or 4 GiB of rule text.
         """
+        if self._built:
+            raise RuntimeError("this SnapshotBuilder has built its image already")
         category_id = self._categories.get(rule.category)
         if category_id is None:
             if len(self._categories) > 0xFFFF:
@@ -382,56 +482,61 @@ class SnapshotBuilder:
                     winners.add(key)
         return keep
 
-    def build(self, meta: Mapping[str, Any] | None = None, created: float | None = None) -> bytes:
-        """The image (header and body), ready to be written or matched in memory."""
+    def build(
+        self, meta: Mapping[str, Any] | None = None, created: float | None = None
+    ) -> bytearray:
+        """The image (header and body), ready to be written or matched in memory.
+
+        Laid out in one buffer: the tables and arrays are written in place, and the
+        builder's own arrays are let go as they are used, so the peak is about the
+        builder's arrays plus the image. A builder builds once: it is empty afterwards.
+        """
+        if self._built:
+            raise RuntimeError("this SnapshotBuilder has built its image already")
+        self._built = True
+        self._seen = set()
         keep = self._kept()
         n_total = len(self)
         new_id = np.cumsum(keep, dtype=np.int64) - 1
-        lengths = (
-            np.frombuffer(self._lengths, dtype=np.uint32).reshape(-1, 3)
-            if n_total
-            else np.zeros((0, 3), np.uint32)
-        )
+        n_rules = int(new_id[-1]) + 1 if n_total else 0
 
         def column(values: array[int], dtype: str) -> np.ndarray:
-            return np.frombuffer(values, dtype=dtype) if n_total else np.zeros(0, dtype)
+            return np.frombuffer(values, dtype=dtype) if len(values) else np.zeros(0, dtype)
 
-        records = np.zeros(int(keep.sum()), dtype=_RECORD)
-        records["offset"] = column(self._offset, "u8")[keep]
-        records["pattern"] = lengths[keep, 0]
-        records["host"] = lengths[keep, 1]
-        records["path"] = lengths[keep, 2]
-        records["query"] = column(self._query, "i4")[keep]
-        records["source"] = column(self._source, "u4")[keep]
-        records["line"] = column(self._line, "u4")[keep]
-        records["category"] = column(self._category, "u2")[keep]
-        records["flags"] = column(self._flags, "u2")[keep]
-
-        n_exprs = len(self._expr_hash)
-        expr_hash = np.frombuffer(self._expr_hash, np.uint64) if n_exprs else np.zeros(0, "u8")
-        expr_rule = np.frombuffer(self._expr_rule, np.uint32) if n_exprs else np.zeros(0, "u4")
+        # Postings: rule ids grouped by expression hash, ascending within a group (ids
+        # were appended in rule order, and a stable sort keeps that order).
+        expr_hash = column(self._expr_hash, "u8")
+        expr_rule = column(self._expr_rule, "u4")
+        self._expr_hash, self._expr_rule = array("Q"), array("I")
         live = keep[expr_rule]
         expr_hash, expr_rule = expr_hash[live], new_id[expr_rule[live]].astype(np.uint32)
-        order = np.lexsort((expr_rule, expr_hash))
+        order = np.argsort(expr_hash, kind="stable")
         expr_hash, postings = expr_hash[order], expr_rule[order]
+        del order, expr_rule
         keys, first, counts = np.unique(expr_hash, return_index=True, return_counts=True)
+        del expr_hash
         if counts.size and counts.max() > (1 << _COUNT_BITS) - 1:
             raise ValueError(f"{counts.max()} rules share one expression hash")
-        exprs = _table(keys, first.astype(np.uint64) << _COUNT_BITS | counts.astype(np.uint64))
+        expr_values = first.astype(np.uint64) << _COUNT_BITS | counts.astype(np.uint64)
+        del first, counts
 
-        host_hash = np.frombuffer(self._host_hash, np.uint64) if n_exprs else np.zeros(0, "u8")
-        host_bits = np.frombuffer(self._host_bits, np.uint64) if n_exprs else np.zeros(0, "u8")
+        host_hash = column(self._host_hash, "u8")
+        host_bits = column(self._host_bits, "u8")
+        self._host_hash, self._host_bits = array("Q"), array("Q")
         order = np.argsort(host_hash, kind="stable")
         host_hash, host_bits = host_hash[order], host_bits[order]
+        del order
         host_keys, host_first = np.unique(host_hash, return_index=True)
+        del host_hash
         masks = (
             np.bitwise_or.reduceat(host_bits, host_first)
             if host_first.size
             else np.zeros(0, np.uint64)
         )
-        hosts = _table(host_keys, masks)
+        del host_bits, host_first
 
-        allow = records["flags"] & _F_ALLOW
+        flags = column(self._flags, "u2")[keep]
+        allow = flags & _F_ALLOW
         meta_blob = json.dumps(
             {
                 **(meta or {}),
@@ -444,46 +549,72 @@ class SnapshotBuilder:
             },
             sort_keys=True,
         ).encode("utf-8")
-        sections = [
-            hosts.tobytes(),
-            exprs.tobytes(),
-            postings.astype("<u4").tobytes(),
-            records.tobytes(),
-            bytes(self._strings),
-            meta_blob,
+        host_slots, expr_slots = _slots(len(host_keys)), _slots(len(keys))
+        sizes = [
+            host_slots * 16,
+            expr_slots * 16,
+            len(postings) * 4,
+            n_rules * _RECORD.itemsize,
+            len(self._strings),
+            len(meta_blob),
         ]
         offsets = []
-        parts: list[bytes] = []
         position = _HEADER_SIZE
-        for section in sections:
-            pad = _align(position) - position
-            parts.append(b"\0" * pad)
-            position += pad
+        for size in sizes:
+            position = _align(position)
             offsets.append(position)
-            parts.append(section)
-            position += len(section)
-        body = b"".join(parts)
+            position += size
+        image = bytearray(position)
+        data = np.frombuffer(image, dtype=np.uint8)
+
+        def section(k: int, dtype: Any) -> np.ndarray:
+            return data[offsets[k] : offsets[k] + sizes[k]].view(dtype)
+
+        _table(host_keys, masks, section(0, "<u8"))
+        del host_keys, masks
+        _table(keys, expr_values, section(1, "<u8"))
+        del keys, expr_values
+        section(2, "<u4")[:] = postings
+        del postings
+        records = section(3, _RECORD)
+        lengths = column(self._lengths, "u4").reshape(-1, 3)
+        records["offset"] = column(self._offset, "u8")[keep]
+        records["pattern"] = lengths[keep, 0]
+        records["host"] = lengths[keep, 1]
+        records["path"] = lengths[keep, 2]
+        records["query"] = column(self._query, "i4")[keep]
+        records["source"] = column(self._source, "u4")[keep]
+        records["line"] = column(self._line, "u4")[keep]
+        records["category"] = column(self._category, "u2")[keep]
+        records["flags"] = flags
+        del records, lengths, flags, allow
+        for name in ("_offset", "_lengths", "_query", "_source", "_line", "_category", "_dedup"):
+            setattr(self, name, array(getattr(self, name).typecode))
+        image[offsets[4] : offsets[4] + sizes[4]] = self._strings
+        self._strings = bytearray()
+        image[offsets[5] : offsets[5] + sizes[5]] = meta_blob
         header = _HEADER.pack(
             MAGIC,
             FORMAT_VERSION,
             _HEADER_SIZE,
-            _HEADER_SIZE + len(body),
-            _hash(body),
+            len(image),
+            _hash(memoryview(image)[_HEADER_SIZE:]),
             time.time() if created is None else created,
-            len(records),
-            len(hosts) // 2,
-            len(exprs) // 2,
-            len(postings),
+            n_rules,
+            host_slots,
+            expr_slots,
+            sizes[2] // 4,
             *offsets,
-            len(self._strings),
-            len(meta_blob),
+            sizes[4],
+            sizes[5],
             self._host_depths,
         )
         header += struct.pack("<Q", _hash(header))
-        return header + b"\0" * (_HEADER_SIZE - len(header)) + body
+        image[: len(header)] = header
+        return image
 
 
-def build_image(rules: Iterable[Rule], meta: Mapping[str, Any] | None = None) -> bytes:
+def build_image(rules: Iterable[Rule], meta: Mapping[str, Any] | None = None) -> bytearray:
     """The compiled image of ``rules`` (see :class:`SnapshotBuilder`)."""
     builder = SnapshotBuilder()
     for rule in rules:
@@ -491,7 +622,7 @@ def build_image(rules: Iterable[Rule], meta: Mapping[str, Any] | None = None) ->
     return builder.build(meta)
 
 
-def write_image(image: bytes, path: str | os.PathLike[str]) -> None:
+def write_image(image: bytes | bytearray, path: str | os.PathLike[str]) -> None:
     """Write ``image`` at ``path`` atomically (temporary file, fsync, rename)."""
     target = Path(path)
     try:
@@ -552,7 +683,7 @@ class _Header:
     host_depths: int
 
 
-def _parse_header(path: str, head: bytes, actual_size: int) -> _Header:
+def _parse_header(path: str, head: bytes | bytearray, actual_size: int) -> _Header:
     if len(head) < _HEADER_SIZE:
         raise SnapshotError(path, f"truncated: {actual_size} bytes, shorter than the header")
     if head[:8] != MAGIC:
@@ -620,7 +751,9 @@ class SnapshotMatcher:
                     raise SnapshotError(
                         self.path, f"truncated: {size} bytes, shorter than the header"
                     )
-                self._mm: mmap.mmap | bytes = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                self._mm: mmap.mmap | bytes | bytearray = mmap.mmap(
+                    fh.fileno(), 0, access=mmap.ACCESS_READ
+                )
         except OSError as exc:
             raise SnapshotError(self.path, f"cannot open: {exc.strerror or exc}") from exc
         try:
@@ -630,7 +763,7 @@ class SnapshotMatcher:
             raise
 
     @classmethod
-    def from_image(cls, image: bytes, *, name: str = "<memory>") -> SnapshotMatcher:
+    def from_image(cls, image: bytes | bytearray, *, name: str = "<memory>") -> SnapshotMatcher:
         """A matcher over an image in memory (:class:`SnapshotBuilder`'s output)."""
         matcher = cls.__new__(cls)
         matcher.path = ""
@@ -1048,18 +1181,34 @@ class SnapshotMatcher:
     def check_many(
         self, urls: Iterable[str | URL], categories: Collection[str] | None = None
     ) -> list[Verdict]:
-        """Verdicts in order; an invalid URL raises :class:`InvalidURL`, as in :meth:`check`."""
+        """Verdicts in order; an invalid URL raises :class:`InvalidURL`, as in :meth:`check`.
+
+        One compiled call, then one pass building the verdicts (a rule object per distinct
+        deciding rule, from the cache); a URL the compiled call left is parsed here.
+        """
         batch = urls if isinstance(urls, list) else list(urls)
-        decided, forms = self._batch(batch, self.category_mask(categories), True)
-        out = []
+        mask = self.category_mask(categories)
+        n = len(batch)
+        forms: list[str | None] = [None] * n
+        plain = all(type(u) is str for u in batch)
+        ids = self.match_ids(batch, mask, forms) if plain else [-2] * n  # type: ignore[arg-type]
+        cache = self._rule_cache
+        rule_of = self.rule
         make = tuple.__new__
-        for rule, canonical in zip(decided, forms, strict=True):
-            if rule is None:
-                out.append(make(Verdict, (NONE, None, canonical)))
-            elif type(rule) is Rule:
-                out.append(make(Verdict, (rule.action, rule, canonical)))
+        out = []
+        append = out.append
+        for at, found in enumerate(ids):
+            rule_id = found
+            if rule_id == -2:  # off the fast path: the reference pipeline
+                url = batch[at]
+                parts = url if isinstance(url, URL) else parse_url(url)
+                rule_id = self._best(parts, None, mask)
+                forms[at] = parts.canonical
+            if rule_id < 0:
+                append(make(Verdict, (NONE, None, forms[at])))
             else:
-                raise rule  # type: ignore[misc]
+                rule = cache.get(rule_id) or rule_of(rule_id)
+                append(make(Verdict, (rule.action, rule, forms[at])))
         return out
 
     def explain(self, url: str | URL, categories: Collection[str] | None = None) -> Explanation:

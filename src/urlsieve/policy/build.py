@@ -47,7 +47,7 @@ def build_rules(
     result = LoadResult()
     if lists:
         # The trees' expression files are applied here (under RE2), not reported as skipped.
-        tree = load_lists(lists, strict=False, sink=builder.add)
+        tree = load_lists(lists, strict=False, sink=builder)
         for report in tree.reports:
             if report.format == "squidguard-expressions":
                 report.warnings.clear()
@@ -55,7 +55,7 @@ def build_rules(
             raise tree.warnings[0]
         result.merge(tree)
     if allow:
-        result.merge(load_lists(allow, action=ALLOW, strict=strict, sink=builder.add))
+        result.merge(load_lists(allow, action=ALLOW, strict=strict, sink=builder))
     patterns: dict[str, list[str]] = {}
     warnings: list[RuleSyntaxError] = []
     for report in result.reports:
@@ -77,7 +77,7 @@ def build_rules(
                 domains=dest.domainlist,
                 urls=dest.urllist,
                 strict=strict,
-                sink=builder.add,
+                sink=builder,
             )
             result.merge(loaded)
         if dest.expressionlist:

@@ -45,12 +45,13 @@ from urlsieve.exceptions import RuleSyntaxError
 from urlsieve.rules.model import ALLOW, BLOCK, Rule, parse_rule
 from urlsieve.rules.readers import (
     FORMATS,
+    TEXT_MODES,
     LineContext,
     ListReport,
     RuleList,
     RuleSink,
     plain_line,
-    read_lines,
+    read_text,
     sniff_format,
     strip_comment,
 )
@@ -138,6 +139,10 @@ def _expression_line(text: str, number: int, ctx: LineContext) -> list[Rule]:
         ctx.source,
         number,
     )
+
+
+TEXT_MODES[_domains_line] = 1
+TEXT_MODES[_urls_line] = 2
 
 
 def _white_usage(directory: Path) -> bool:
@@ -268,17 +273,13 @@ class _Loader:
         *,
         text: str | None = None,
     ) -> None:
-        # One read and one split: the strings a rule keeps (its host) then sit together in
-        # memory instead of between freed line buffers, which keeps the resident size low.
+        # One read: runs of plain lines go to a bulk sink straight from the text, other
+        # lines are cut from it one at a time.
         if text is None:
             text = read_list_text(path)
         report = ListReport(str(path), fmt, category, action)
         self.result.reports.append(report)
-        lines = text.split("\n")
-        if lines and not lines[-1]:
-            lines.pop()
-        del text
-        read_lines(lines, parse, report, self.sink, strict=self.strict, progress=self.progress)
+        read_text(text, parse, report, self.sink, strict=self.strict, progress=self.progress)
 
     def file(self, path: Path) -> None:
         text = read_list_text(path)

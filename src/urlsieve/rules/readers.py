@@ -19,6 +19,7 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from urlsieve.exceptions import RuleSyntaxError
 from urlsieve.rules.model import ALLOW, Rule, RuleKey, parse_rule
@@ -33,10 +34,13 @@ __all__ = [
     "ListReport",
     "RuleList",
     "RuleSink",
+    "TEXT_MODES",
+    "TextSink",
     "adblock_line",
     "hosts_line",
     "plain_line",
     "read_lines",
+    "read_text",
     "sniff_format",
     "strip_comment",
 ]
@@ -255,47 +259,127 @@ def read_lines(
     chars = 0
     for number, raw in enumerate(lines, 1):
         text = raw[1:] if number == 1 and raw.startswith("\ufeff") else raw
-        report.lines += 1
         if progress is not None:
             chars += len(raw)
             if number & 0x3FFF == 0:
                 progress(chars)
                 chars = 0
-        try:
-            if len(text) > MAX_LINE_LENGTH:
-                raise RuleSyntaxError(
-                    f"line longer than {MAX_LINE_LENGTH} characters ({len(text)})",
-                    ctx.source,
-                    number,
-                )
-            rules = parse(text.rstrip("\r\n"), number, ctx)
-        except Exception as exc:  # a bad line is reported, whatever it breaks
-            error = (
-                exc
-                if isinstance(exc, RuleSyntaxError)
-                else RuleSyntaxError(
-                    f"unreadable line ({type(exc).__name__}: {exc})", ctx.source, number
-                )
-            )
-            if strict:
-                raise error from None
-            report.skipped += 1
-            report.warnings.append(error)
-            continue
-        if not rules:
-            if rules is IGNORED:
-                report.ignored += 1
-            else:
-                report.comments += 1
-            continue
-        report.rule_lines += 1
-        for rule in rules:
-            if sink(rule):
-                report.loaded += 1
-            else:
-                report.duplicates += 1
+        _read_line(text, number, parse, ctx, report, sink, strict)
     if progress is not None and chars:
         progress(chars)
+
+
+def _read_line(  # noqa: PLR0917 (per line: positional is cheaper)
+    text: str,
+    number: int,
+    parse: LineParser,
+    ctx: LineContext,
+    report: ListReport,
+    sink: RuleSink,
+    strict: bool,
+) -> None:
+    report.lines += 1
+    try:
+        if len(text) > MAX_LINE_LENGTH:
+            raise RuleSyntaxError(
+                f"line longer than {MAX_LINE_LENGTH} characters ({len(text)})",
+                ctx.source,
+                number,
+            )
+        rules = parse(text.rstrip("\r\n"), number, ctx)
+    except Exception as exc:  # a bad line is reported, whatever it breaks
+        error = (
+            exc
+            if isinstance(exc, RuleSyntaxError)
+            else RuleSyntaxError(
+                f"unreadable line ({type(exc).__name__}: {exc})", ctx.source, number
+            )
+        )
+        if strict:
+            raise error from None
+        report.skipped += 1
+        report.warnings.append(error)
+        return
+    if not rules:
+        if rules is IGNORED:
+            report.ignored += 1
+        else:
+            report.comments += 1
+        return
+    report.rule_lines += 1
+    for rule in rules:
+        if sink(rule):
+            report.loaded += 1
+        else:
+            report.duplicates += 1
+
+
+class TextSink(Protocol):
+    """A sink that also takes runs of plain lines in bulk (:class:`~urlsieve.match.snapshot.
+    SnapshotBuilder`): ``add_text`` adds the run of lines of ``text`` from ``pos`` that
+    ``mode`` takes, as the line parser would have with ``ctx``, and returns ``(pos after the run,
+    lines, comment lines, rules new, duplicates)``, or ``None`` for a line it leaves to
+    the line parser."""
+
+    def __call__(self, rule: Rule) -> bool: ...
+
+    def add_text(
+        self, text: str, pos: int, mode: int, ctx: LineContext, first_line: int
+    ) -> tuple[int, int, int, int, int] | None: ...
+
+
+#: Line parsers whose plain lines a :class:`TextSink` may take in bulk, by mode: 0 any
+#: host or host/path line, 1 host lines only (a squidGuard ``domains`` file), 2 host/path
+#: lines without a leading ``www.`` (a ``urls`` file). What a mode takes is a subset of
+#: what the parser reads to a rule with nothing to canonicalise; the parser reads the rest.
+TEXT_MODES: dict[LineParser, int] = {}
+
+
+def read_text(
+    text: str,
+    parse: LineParser,
+    report: ListReport,
+    sink: RuleSink,
+    *,
+    strict: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    """:func:`read_lines` over the lines of ``text`` (split at ``\\n``; a final newline
+    ends the last line). A sink with ``add_text`` (:class:`TextSink`) takes the runs of
+    plain lines in one call each, with the same rules, order and report."""
+    mode = TEXT_MODES.get(parse)
+    add_text = getattr(sink, "add_text", None) if mode is not None else None
+    if add_text is None:
+        lines = text.split("\n")
+        if lines and not lines[-1]:
+            lines.pop()
+        del text
+        read_lines(lines, parse, report, sink, strict=strict, progress=progress)
+        return
+    assert mode is not None
+    ctx = LineContext(report.action, report.category, report.source)
+    text = text.removeprefix("\ufeff")
+    pos, number, size = 0, 0, len(text)
+    while pos < size:
+        run = add_text(text, pos, mode, ctx, number + 1)
+        if run is not None:
+            end, lines, comments, new, duplicates = run
+            number += lines
+            report.lines += lines
+            report.comments += comments
+            report.rule_lines += new + duplicates
+            report.loaded += new
+            report.duplicates += duplicates
+        else:
+            end = text.find("\n", pos)
+            if end < 0:
+                end = size
+            number += 1
+            _read_line(text[pos:end], number, parse, ctx, report, sink, strict)
+            end += 1
+        if progress is not None:
+            progress(min(end, size) - pos)
+        pos = end
 
 
 _URL_COLUMNS = ("url", "uri", "link", "address")
@@ -337,6 +421,8 @@ class CsvLine:
             raise RuleSyntaxError("empty URL column", ctx.source, number)
         return [parse_rule(value, ctx.action, ctx.category, ctx.source, number)]
 
+
+TEXT_MODES[plain_line] = 0
 
 #: Line parser factories by format name (a fresh parser per file).
 FORMATS: dict[str, Callable[[], LineParser]] = {
