@@ -1195,7 +1195,7 @@ class SnapshotMatcher:
         cache = self._rule_cache
         rule_of = self.rule
         make = tuple.__new__
-        out = []
+        out: list[Verdict] = []
         append = out.append
         for at, found in enumerate(ids):
             rule_id = found
