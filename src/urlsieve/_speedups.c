@@ -1308,13 +1308,6 @@ grow_put(growbuf *b, const void *data, size_t len)
     return 0;
 }
 
-static inline uint64_t
-nonzero_hash(const void *data, size_t len)
-{
-    uint64_t h = XXH3_64bits(data, len);
-    return h ? h : 1; /* 0 marks an empty slot */
-}
-
 /* "www." / "web2." / "ftp." at the start, any case: squidGuard drops it from urls lines. */
 static int
 www_label(const unsigned char *s, Py_ssize_t n)
@@ -1410,22 +1403,22 @@ compile_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             /* the expressions: the path, and below it unless it ends with "/" */
             int below = key[base - 1] != '/';
             uint64_t eh[2], hb[2];
-            eh[0] = nonzero_hash(key, base);
+            eh[0] = h64(key, base);
             hb[0] = 1ull << (slashes < DEEP_BIT ? slashes : DEEP_BIT);
             if (below) {
                 key[base] = '/';
-                eh[1] = nonzero_hash(key, base + 1);
+                eh[1] = h64(key, base + 1);
                 hb[1] = 1ull << (slashes + 1 < DEEP_BIT ? slashes + 1 : DEEP_BIT);
             }
-            uint64_t hh = nonzero_hash(key, (size_t)n_host);
+            uint64_t hh = h64(key, (size_t)n_host);
             /* what the rule matches (shape 0: open host, open path, no query) */
             key[base] = 0;
             key[base + 1] = (unsigned char)(n_path & 0xFF);
             key[base + 2] = (unsigned char)(n_host & 0xFF);
-            uint64_t sk = nonzero_hash(key, base + 3);
+            uint64_t sk = h64(key, base + 3);
             key[base + 3] = (unsigned char)(category & 0xFF);
             key[base + 4] = (unsigned char)(category >> 8);
-            uint64_t dk = nonzero_hash(key, base + 5);
+            uint64_t dk = h64(key, base + 5);
             uint32_t line_at = (uint32_t)taken;
             int d = dots + 1 < 63 ? dots + 1 : 63;
             depths |= 1ull << d;

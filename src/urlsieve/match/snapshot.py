@@ -1113,21 +1113,19 @@ class SnapshotMatcher:
         return out
 
     def _batch(
-        self, urls: Sequence[str | bytes | URL], mask: bytes | None, canonical: bool
-    ) -> tuple[list[Rule | InvalidURL | None], list[str | None]]:
-        """Per URL the deciding rule, ``None`` or its :class:`InvalidURL`; and, when asked,
-        the canonical forms (``None`` for an invalid URL)."""
-        forms: list[str | None] = [None] * len(urls) if canonical else []
+        self, urls: Sequence[str | bytes | URL], mask: bytes | None
+    ) -> list[Rule | InvalidURL | None]:
+        """Per URL the deciding rule, ``None`` or its :class:`InvalidURL`."""
         cache = self._rule_cache
         out: list[Rule | InvalidURL | None] = []
-        for rule_id in self._ids(urls, mask, forms if canonical else None):
+        for rule_id in self._ids(urls, mask, None):
             if isinstance(rule_id, InvalidURL):
                 out.append(rule_id)
             elif rule_id >= 0:
                 out.append(cache.get(rule_id) or self.rule(rule_id))
             else:
                 out.append(None)
-        return out, forms
+        return out
 
     def ids_by_rows(
         self,
@@ -1176,39 +1174,32 @@ class SnapshotMatcher:
     ) -> list[Rule | InvalidURL | None]:
         """Per URL the deciding rule, ``None``, or the :class:`InvalidURL` it raised: one
         batch never stops at a bad URL. The batch path; no verdict objects are built."""
-        return self._batch(urls, self.category_mask(categories), False)[0]
+        return self._batch(urls, self.category_mask(categories))
 
     def check_many(
         self, urls: Iterable[str | URL], categories: Collection[str] | None = None
     ) -> list[Verdict]:
         """Verdicts in order; an invalid URL raises :class:`InvalidURL`, as in :meth:`check`.
 
-        One compiled call, then one pass building the verdicts (a rule object per distinct
-        deciding rule, from the cache); a URL the compiled call left is parsed here.
+        The batch path (:meth:`_ids`), then one pass building the verdicts (a rule object
+        per distinct deciding rule, from the cache).
         """
         batch = urls if isinstance(urls, list) else list(urls)
-        mask = self.category_mask(categories)
-        n = len(batch)
-        forms: list[str | None] = [None] * n
-        plain = all(type(u) is str for u in batch)
-        ids = self.match_ids(batch, mask, forms) if plain else [-2] * n  # type: ignore[arg-type]
+        forms: list[str | None] = [None] * len(batch)
+        ids = self._ids(batch, self.category_mask(categories), forms)
         cache = self._rule_cache
         rule_of = self.rule
         make = tuple.__new__
         out: list[Verdict] = []
         append = out.append
-        for at, found in enumerate(ids):
-            rule_id = found
-            if rule_id == -2:  # off the fast path: the reference pipeline
-                url = batch[at]
-                parts = url if isinstance(url, URL) else parse_url(url)
-                rule_id = self._best(parts, None, mask)
-                forms[at] = parts.canonical
+        for rule_id, canonical in zip(ids, forms, strict=True):
+            if isinstance(rule_id, InvalidURL):
+                raise rule_id
             if rule_id < 0:
-                append(make(Verdict, (NONE, None, forms[at])))
+                append(make(Verdict, (NONE, None, canonical)))
             else:
                 rule = cache.get(rule_id) or rule_of(rule_id)
-                append(make(Verdict, (rule.action, rule, forms[at])))
+                append(make(Verdict, (rule.action, rule, canonical)))
         return out
 
     def explain(self, url: str | URL, categories: Collection[str] | None = None) -> Explanation:

@@ -353,7 +353,6 @@ def read_text(
         lines = text.split("\n")
         if lines and not lines[-1]:
             lines.pop()
-        del text
         read_lines(lines, parse, report, sink, strict=strict, progress=progress)
         return
     assert mode is not None
