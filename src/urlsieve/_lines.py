@@ -40,22 +40,35 @@ def split_lines(
     while data := read(chunk):
         batch: list[bytes | TooLong] = []
         start = 0
-        end = data.find(b"\n")
-        while end >= 0:
+        if pending or skipping:  # the line carried over ends in this read, or goes on
+            end = data.find(b"\n")
+            if end < 0:
+                end = len(data)
             if skipping:
-                skipping = False
-            elif len(pending) + end - start > max_line:
-                batch.append(TooLong(bytes(pending[:HEAD]) or data[start : start + HEAD]))
-            else:
-                pending += data[start:end]
+                pass
+            elif len(pending) + end > max_line:
+                batch.append(TooLong(bytes(pending[:HEAD])))
+                skipping = end == len(data)
+            elif end < len(data):
+                pending += data[:end]
                 batch.append(bytes(pending))
-            pending.clear()
-            start = end + 1
-            end = data.find(b"\n", start)
-        if not skipping and start < len(data):
-            if len(pending) + len(data) - start > max_line:
-                batch.append(TooLong(bytes(pending[:HEAD]) or data[start : start + HEAD]))
+            else:
+                pending += data
+            if end < len(data):
                 pending.clear()
+                skipping = False
+            start = end + 1
+        last = data.rfind(b"\n")
+        if last >= start:  # the lines complete in this read: one split, at C speed
+            lines = data[start:last].split(b"\n")
+            if max(map(len, lines)) > max_line:
+                batch += [TooLong(line[:HEAD]) if len(line) > max_line else line for line in lines]
+            else:
+                batch += lines
+            start = last + 1
+        if start < len(data):  # a line begins that a later read ends
+            if len(data) - start > max_line:
+                batch.append(TooLong(data[start : start + HEAD]))
                 skipping = True
             else:
                 pending += data[start:]

@@ -35,6 +35,34 @@
 /* Room for a rewritten URL: at most MAX_URL + 16 bytes (what every caller allocates). */
 #define REWRITE_CAP (MAX_URL + 16)
 
+/* A growing output buffer (PyMem); grow_put: -1 when out of memory. */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} growbuf;
+
+static int
+grow_reserve(growbuf *b, size_t extra)
+{
+    if (b->n + extra <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->n + extra) cap *= 2;
+    char *p = PyMem_Realloc(b->p, cap);
+    if (p == NULL) return -1;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int
+grow_put(growbuf *b, const void *data, size_t len)
+{
+    if (grow_reserve(b, len) < 0) return -1;
+    memcpy(b->p + b->n, data, len);
+    b->n += len;
+    return 0;
+}
+
 enum { HOST = 1, SEG_FIRST = 2, SEG_REST = 4, QUERY = 8 };
 static unsigned char cls[128];
 static unsigned char quote_safe[256]; /* A-Z a-z 0-9 _ . - ~ */
@@ -849,6 +877,63 @@ match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans *sp
     }
 }
 
+/* Fill *im from an image buffer and its layout tuple (SnapshotMatcher._layout): 0 with an
+   error set when the layout does not fit the buffer (tables powers of two, sections
+   8-byte aligned inside it). The mask is the caller's to set. */
+static int
+image_open(const Py_buffer *img, PyObject *layout, image *im)
+{
+    if (!PyTuple_Check(layout) || PyTuple_GET_SIZE(layout) != 11) {
+        PyErr_SetString(PyExc_TypeError, "layout must be a tuple of 11 ints");
+        return 0;
+    }
+    uint64_t v[11];
+    for (int k = 0; k < 11; k++) {
+        v[k] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(layout, k));
+        if (v[k] == (uint64_t)-1 && PyErr_Occurred()) return 0;
+    }
+    uint64_t size = (uint64_t)img->len;
+    /* sections: (offset, bytes) inside the image, 8-byte aligned; tables powers of two */
+    uint64_t sect[5][2] = {{v[0], v[1] * 16}, {v[2], v[3] * 16}, {v[4], v[5] * 4},
+                           {v[6], v[7] * 32}, {v[8], v[9]}};
+    int bad = v[1] == 0 || v[3] == 0 || (v[1] & (v[1] - 1)) || (v[3] & (v[3] - 1))
+              || v[1] > size || v[3] > size || v[5] > size || v[7] > size;
+    for (int k = 0; !bad && k < 5; k++) {
+        bad = sect[k][0] % 8 || sect[k][0] > size || sect[k][1] > size - sect[k][0];
+    }
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "the layout does not fit the image");
+        return 0;
+    }
+    const unsigned char *base = img->buf;
+    *im = (image){
+        .base = base, .size = img->len,
+        .hosts = (const uint64_t *)(base + v[0]), .host_mask = v[1] - 1,
+        .exprs = (const uint64_t *)(base + v[2]), .expr_mask = v[3] - 1,
+        .postings = (const uint32_t *)(base + v[4]), .n_postings = v[5],
+        .rules = base + v[6], .n_rules = v[7],
+        .strings = base + v[8], .strings_len = v[9],
+        .host_depths = v[10],
+        .mask = NULL, .mask_len = 0,
+    };
+    return 1;
+}
+
+/* The rule deciding the URL s[0:n] (-1: none; -2: off the fast path, the caller parses
+   it), with *text, *len and *sp the canonical-form bytes it was matched as. buf: scratch
+   of MAX_URL + 16 bytes, rewritten: REWRITE_CAP bytes. */
+static int64_t
+match_url(const image *im, const unsigned char *s, Py_ssize_t n, unsigned char *buf,
+          unsigned char *rewritten, const unsigned char **text, Py_ssize_t *len, spans *sp)
+{
+    if (n > MAX_URL - 8) return -2;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (s[k] >= 0x80) return -2;
+    }
+    if (!scan_or_rewrite(s, n, 1, rewritten, text, len, sp)) return -2;
+    return match_one(im, *text, *len, sp, buf);
+}
+
 static PyObject *
 snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -880,18 +965,9 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         "snapshot_match: canonical must be a list as long as urls");
         return NULL;
     }
-    if (!PyTuple_Check(layout) || PyTuple_GET_SIZE(layout) != 11) {
-        PyErr_SetString(PyExc_TypeError, "snapshot_match: layout must be a tuple of 11 ints");
-        return NULL;
-    }
     if (!PyList_Check(urls)) {
         PyErr_SetString(PyExc_TypeError, "snapshot_match: urls must be a list of str");
         return NULL;
-    }
-    uint64_t v[11];
-    for (int k = 0; k < 11; k++) {
-        v[k] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(layout, k));
-        if (v[k] == (uint64_t)-1 && PyErr_Occurred()) return NULL;
     }
     Py_buffer img, out, mask = {0}, rows = {0};
     if (PyObject_GetBuffer(args[0], &img, PyBUF_SIMPLE) < 0) return NULL;
@@ -926,32 +1002,14 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
     }
-    uint64_t size = (uint64_t)img.len;
-    /* sections: (offset, bytes) inside the image, 8-byte aligned; tables powers of two */
-    uint64_t sect[5][2] = {{v[0], v[1] * 16}, {v[2], v[3] * 16}, {v[4], v[5] * 4},
-                           {v[6], v[7] * 32}, {v[8], v[9]}};
-    int bad = out.len != 8 * n_urls || v[1] == 0 || v[3] == 0 || (v[1] & (v[1] - 1))
-              || (v[3] & (v[3] - 1)) || v[1] > size || v[3] > size || v[5] > size
-              || v[7] > size;
-    for (int k = 0; !bad && k < 5; k++) {
-        bad = sect[k][0] % 8 || sect[k][0] > size || sect[k][1] > size - sect[k][0];
-    }
-    if (bad) {
-        PyErr_SetString(PyExc_ValueError,
-                        "snapshot_match: the layout does not fit the image, or out is not "
-                        "one int64 per URL");
+    image im;
+    if (out.len != 8 * n_urls) {
+        PyErr_SetString(PyExc_ValueError, "snapshot_match: out must be one int64 per URL");
         goto done;
     }
-    image im = {
-        .base = img.buf, .size = img.len,
-        .hosts = (const uint64_t *)((const unsigned char *)img.buf + v[0]), .host_mask = v[1] - 1,
-        .exprs = (const uint64_t *)((const unsigned char *)img.buf + v[2]), .expr_mask = v[3] - 1,
-        .postings = (const uint32_t *)((const unsigned char *)img.buf + v[4]), .n_postings = v[5],
-        .rules = (const unsigned char *)img.buf + v[6], .n_rules = v[7],
-        .strings = (const unsigned char *)img.buf + v[8], .strings_len = v[9],
-        .host_depths = v[10],
-        .mask = mask.obj ? mask.buf : NULL, .mask_len = mask.obj ? mask.len : 0,
-    };
+    if (!image_open(&img, layout, &im)) goto done;
+    im.mask = mask.obj ? mask.buf : NULL;
+    im.mask_len = mask.obj ? mask.len : 0;
     buf = PyMem_Malloc(2 * (MAX_URL + 16));
     if (buf == NULL) {
         PyErr_NoMemory();
@@ -971,15 +1029,7 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                          Py_TYPE(url)->tp_name);
             goto done;
         }
-        Py_ssize_t n = PyUnicode_GET_LENGTH(url);
-        if (!PyUnicode_IS_ASCII(url) || n > MAX_URL - 8) {
-            ids[k] = -2;
-            continue;
-        }
-        const unsigned char *text;
-        Py_ssize_t len;
-        spans sp;
-        if (!scan_or_rewrite(PyUnicode_1BYTE_DATA(url), n, 1, rewritten, &text, &len, &sp)) {
+        if (!PyUnicode_IS_ASCII(url)) {
             ids[k] = -2;
             continue;
         }
@@ -987,7 +1037,12 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             im.mask = (const unsigned char *)mask.buf + row_at[k];
             im.mask_len = stride;
         }
-        ids[k] = match_one(&im, text, len, &sp, buf);
+        const unsigned char *text;
+        Py_ssize_t len;
+        spans sp;
+        ids[k] = match_url(&im, PyUnicode_1BYTE_DATA(url), PyUnicode_GET_LENGTH(url), buf,
+                           rewritten, &text, &len, &sp);
+        if (ids[k] == -2) continue;
         if (canon != NULL) {
             PyObject *form = text == rewritten ? canonical_text(text, len, &sp)
                                                : canonical_of(url, &sp);
@@ -1007,6 +1062,57 @@ done:
     return result;
 }
 #endif /* URLSIEVE_XXHASH */
+
+/* Whether the request line s[0:len] has the plain form (see squid_scan): 1 with
+   s[*u0:*u1] its URL and *chan its channel ID (-1: none), else 0 (*chan is -1). */
+static int
+scan_line(const unsigned char *s, Py_ssize_t len, long channels, int escaped, Py_ssize_t *u0p,
+          Py_ssize_t *u1p, int64_t *chan)
+{
+    Py_ssize_t i = 0;
+    *chan = -1;
+    while (i < len && s[i] == ' ') i++;
+    Py_ssize_t t0 = i;
+    while (i < len && s[i] != ' ') i++;
+    Py_ssize_t t1 = i;
+    int digits = t1 > t0;
+    for (Py_ssize_t j = t0; j < t1 && digits; j++) digits = s[j] >= '0' && s[j] <= '9';
+    Py_ssize_t u0 = t0, u1 = t1;
+    int plain = t1 > t0;
+    if (channels != 0 && digits) {
+        /* a channel ID; echoed as sent, so only plain numbers are taken here */
+        if (t1 - t0 > 18 || (s[t0] == '0' && t1 - t0 > 1)) plain = 0;
+        int64_t value = 0;
+        for (Py_ssize_t j = t0; j < t1 && plain; j++) value = value * 10 + (s[j] - '0');
+        *chan = value;
+        while (i < len && s[i] == ' ') i++;
+        u0 = i;
+        while (i < len && s[i] != ' ') i++;
+        u1 = i;
+    } else if (channels == 1) {
+        plain = 0; /* an ID was required: the reference says what is wrong */
+    }
+    if (u1 == u0 || (u1 - u0 == 1 && s[u0] == '-')) plain = 0;
+    int slash = 0, colon = 0;
+    for (Py_ssize_t j = u0; j < u1 && plain; j++) {
+        unsigned char c = s[j];
+        if (c >= 0x80 || c < 0x21 || (escaped && c == '%')) plain = 0;
+        slash |= c == '/';
+        colon |= c == ':';
+    }
+    if (plain && ((colon && !slash) || s[u0] == '[')) plain = 0; /* CONNECT's authority */
+    /* a CONNECT method among the fields: the reference reads it */
+    for (Py_ssize_t j = u1; j + 7 <= len && plain; j++) {
+        if (s[j] == ' ' && memcmp(s + j + 1, "CONNECT", 7) == 0
+            && (j + 8 == len || s[j + 8] == ' ')) {
+            plain = 0;
+        }
+    }
+    if (!plain) *chan = -1;
+    *u0p = u0;
+    *u1p = u1;
+    return plain;
+}
 
 /* ---------------------------------------------------------------------------------------
  * The Squid helper's line scan (urlsieve/gateway/squid.py; the reference is
@@ -1060,45 +1166,9 @@ squid_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
         const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(item);
-        Py_ssize_t len = PyBytes_GET_SIZE(item), i = 0;
+        Py_ssize_t u0, u1;
         PyObject *url = Py_None;
-        while (i < len && s[i] == ' ') i++;
-        Py_ssize_t t0 = i;
-        while (i < len && s[i] != ' ') i++;
-        Py_ssize_t t1 = i;
-        int digits = t1 > t0;
-        for (Py_ssize_t j = t0; j < t1 && digits; j++) digits = s[j] >= '0' && s[j] <= '9';
-        Py_ssize_t u0 = t0, u1 = t1;
-        int plain = t1 > t0;
-        if (channels != 0 && digits) {
-            /* a channel ID; echoed as sent, so only plain numbers are taken here */
-            if (t1 - t0 > 18 || (s[t0] == '0' && t1 - t0 > 1)) plain = 0;
-            int64_t value = 0;
-            for (Py_ssize_t j = t0; j < t1 && plain; j++) value = value * 10 + (s[j] - '0');
-            chan[k] = value;
-            while (i < len && s[i] == ' ') i++;
-            u0 = i;
-            while (i < len && s[i] != ' ') i++;
-            u1 = i;
-        } else if (channels == 1) {
-            plain = 0; /* an ID was required: the reference says what is wrong */
-        }
-        if (u1 == u0 || (u1 - u0 == 1 && s[u0] == '-')) plain = 0;
-        int slash = 0, colon = 0;
-        for (Py_ssize_t j = u0; j < u1 && plain; j++) {
-            unsigned char c = s[j];
-            if (c >= 0x80 || c < 0x21 || (escaped && c == '%')) plain = 0;
-            slash |= c == '/';
-            colon |= c == ':';
-        }
-        if (plain && ((colon && !slash) || s[u0] == '[')) plain = 0; /* CONNECT's authority */
-        /* a CONNECT method among the fields: the reference reads it */
-        for (Py_ssize_t j = u1; j + 7 <= len && plain; j++) {
-            if (s[j] == ' ' && memcmp(s + j + 1, "CONNECT", 7) == 0
-                && (j + 8 == len || s[j + 8] == ' ')) {
-                plain = 0;
-            }
-        }
+        int plain = scan_line(s, PyBytes_GET_SIZE(item), channels, escaped, &u0, &u1, &chan[k]);
         if (plain) {
             url = PyUnicode_New(u1 - u0, 127);
             if (url == NULL) {
@@ -1109,13 +1179,183 @@ squid_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             memcpy(PyUnicode_1BYTE_DATA(url), s + u0, (size_t)(u1 - u0));
         } else {
             Py_INCREF(url);
-            chan[k] = -1;
         }
         PyList_SET_ITEM(result, k, url);
     }
     PyBuffer_Release(&out);
     return result;
 }
+
+#ifdef URLSIEVE_XXHASH
+/* ---------------------------------------------------------------------------------------
+ * squid_reply: a read of Squid request lines answered in one call, line scan, rule lookup
+ * and reply (urlsieve/gateway/squid.py; the reference is SquidHelper's Python batch loop,
+ * and SquidHelper.handle for each line on its own, which the tests hold this equal to).
+ * Lines are as read: trailing CRs are dropped (serve's line.rstrip(b"\r")).
+ * A line's reply is written here when the line has the plain form (scan_line), its URL
+ * is on the canonical fast path (match_url), and
+ *   - an allow rule decides, or no rule and `unknown` is false: "ERR";
+ *   - a block rule decides whose category id has pieces (pieces[id]: a tuple of ASCII
+ *     str): the pieces joined by the URL percent-encoded as quote_all does.
+ * Any other line is a hole, (line index, offset in the output where its reply goes),
+ * for the caller to answer (bad lines, URLs off the fast path, block rules of a
+ * category without pieces, URLs no rule decides when `unknown` is true). Returns
+ * (replies: bytes, holes: list[tuple[int, int]], blocked, allowed).
+ */
+static int
+put_quoted(growbuf *b, const unsigned char *s, Py_ssize_t n)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    if (grow_reserve(b, 3 * (size_t)n) < 0) return -1; /* the worst case, then in place */
+    char *o = b->p + b->n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (quote_safe[c]) {
+            *o++ = (char)c;
+        } else {
+            *o++ = '%';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
+    }
+    b->n = (size_t)(o - b->p);
+    return 0;
+}
+
+static int
+put_channel(growbuf *b, int64_t chan)
+{
+    if (chan < 0) return 0;
+    char digits[24];
+    int n = snprintf(digits, sizeof digits, "%lld ", (long long)chan);
+    return grow_put(b, digits, (size_t)n);
+}
+
+static PyObject *
+squid_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "squid_reply(lines, channels, escaped, image, layout, "
+                                         "mask, pieces, unknown) takes 8 arguments");
+        return NULL;
+    }
+    PyObject *lines = args[0], *layout = args[4], *mask_obj = args[5], *pieces = args[6];
+    if (!PyList_Check(lines) || !PyTuple_Check(pieces)) {
+        PyErr_SetString(PyExc_TypeError, "squid_reply: lines must be a list of bytes and "
+                                         "pieces a tuple");
+        return NULL;
+    }
+    long channels = PyLong_AsLong(args[1]);
+    if (channels == -1 && PyErr_Occurred()) return NULL;
+    int escaped = PyObject_IsTrue(args[2]);
+    if (escaped < 0) return NULL;
+    int unknown = PyObject_IsTrue(args[7]);
+    if (unknown < 0) return NULL;
+    if (channels < 0 || channels > 2) {
+        PyErr_SetString(PyExc_ValueError, "squid_reply: channels is 0, 1 or 2");
+        return NULL;
+    }
+    Py_ssize_t n_cats = PyTuple_GET_SIZE(pieces);
+    for (Py_ssize_t c = 0; c < n_cats; c++) {
+        PyObject *entry = PyTuple_GET_ITEM(pieces, c);
+        if (entry == Py_None) continue;
+        int ok = PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) >= 1;
+        for (Py_ssize_t j = 0; ok && j < PyTuple_GET_SIZE(entry); j++) {
+            PyObject *piece = PyTuple_GET_ITEM(entry, j);
+            ok = PyUnicode_Check(piece) && PyUnicode_IS_ASCII(piece);
+        }
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError,
+                         "squid_reply: pieces[%zd] must be None or a tuple of ASCII str", c);
+            return NULL;
+        }
+    }
+    Py_buffer img, mask = {0};
+    if (PyObject_GetBuffer(args[3], &img, PyBUF_SIMPLE) < 0) return NULL;
+    if (mask_obj != Py_None && PyObject_GetBuffer(mask_obj, &mask, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&img);
+        return NULL;
+    }
+    PyObject *result = NULL, *holes = NULL;
+    unsigned char *buf = NULL;
+    growbuf out = {0};
+    image im;
+    if (!image_open(&img, layout, &im)) goto done;
+    im.mask = mask.obj ? mask.buf : NULL;
+    im.mask_len = mask.obj ? mask.len : 0;
+    buf = PyMem_Malloc(2 * (MAX_URL + 16));
+    holes = PyList_New(0);
+    if (buf == NULL || holes == NULL) {
+        if (buf == NULL) PyErr_NoMemory();
+        goto done;
+    }
+    unsigned char *rewritten = buf + MAX_URL + 16;
+    Py_ssize_t blocked = 0, allowed = 0;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(lines); k++) {
+        PyObject *item = PyList_GET_ITEM(lines, k);
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "squid_reply: lines[%zd] is %.100s, not bytes", k,
+                         Py_TYPE(item)->tp_name);
+            goto done;
+        }
+        const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(item);
+        Py_ssize_t n = PyBytes_GET_SIZE(item), u0, u1, len;
+        while (n > 0 && s[n - 1] == '\r') n--; /* a CRLF line, as serve() strips it */
+        int64_t chan, id = -2;
+        const unsigned char *text;
+        spans sp;
+        if (scan_line(s, n, channels, escaped, &u0, &u1, &chan)) {
+            id = match_url(&im, s + u0, u1 - u0, buf, rewritten, &text, &len, &sp);
+        }
+        PyObject *entry = NULL;
+        int allow = id == -1 && !unknown;
+        if (id >= 0) {
+            const unsigned char *r = im.rules + 32 * (uint64_t)id;
+            uint16_t category = rd16(r + 28), flags = rd16(r + 30);
+            allow = (flags & F_ALLOW) != 0;
+            if (!allow && category < n_cats && PyTuple_GET_ITEM(pieces, category) != Py_None) {
+                entry = PyTuple_GET_ITEM(pieces, category);
+            }
+        }
+        if (allow) {
+            if (put_channel(&out, chan) < 0 || grow_put(&out, "ERR\n", 4) < 0) goto nomem;
+            allowed++;
+        } else if (entry != NULL) {
+            if (put_channel(&out, chan) < 0) goto nomem;
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(entry); j++) {
+                PyObject *piece = PyTuple_GET_ITEM(entry, j);
+                if (j > 0 && put_quoted(&out, s + u0, u1 - u0) < 0) goto nomem;
+                if (grow_put(&out, PyUnicode_1BYTE_DATA(piece),
+                             (size_t)PyUnicode_GET_LENGTH(piece)) < 0) {
+                    goto nomem;
+                }
+            }
+            blocked++;
+        } else {
+            PyObject *hole = Py_BuildValue("(nn)", k, (Py_ssize_t)out.n);
+            if (hole == NULL) goto done;
+            int failed = PyList_Append(holes, hole);
+            Py_DECREF(hole);
+            if (failed < 0) goto done;
+        }
+    }
+    PyObject *bytes = PyBytes_FromStringAndSize(out.p ? out.p : "", (Py_ssize_t)out.n);
+    if (bytes == NULL) goto done;
+    result = Py_BuildValue("(OOnn)", bytes, holes, blocked, allowed);
+    Py_DECREF(bytes);
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    Py_XDECREF(holes);
+    PyMem_Free(out.p);
+    PyMem_Free(buf);
+    PyBuffer_Release(&img);
+    if (mask.obj) PyBuffer_Release(&mask);
+    return result;
+}
+#endif /* URLSIEVE_XXHASH */
 
 #ifdef URLSIEVE_XXHASH
 /* ---------------------------------------------------------------------------------------
@@ -1286,27 +1526,6 @@ enum { LIST_PLAIN = 0, LIST_DOMAINS = 1, LIST_URLS = 2 };
 #define F_PATTERN_HOST 16
 #define F_PATTERN_HOST_PATH 32
 #define DEEP_BIT 62
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} growbuf;
-
-static int
-grow_put(growbuf *b, const void *data, size_t len)
-{
-    if (b->n + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + len) cap *= 2;
-        char *p = PyMem_Realloc(b->p, cap);
-        if (p == NULL) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, data, len);
-    b->n += len;
-    return 0;
-}
 
 /* "www." / "web2." / "ftp." at the start, any case: squidGuard drops it from urls lines. */
 static int
@@ -1593,6 +1812,13 @@ static PyMethodDef methods[] = {
      "squid_scan(lines, channels, escaped, out) -> list[str | None]\n\n"
      "The URL of each plain Squid request line (None: parse it in Python); out gets\n"
      "the channel IDs (int64, -1 for none)."},
+#ifdef URLSIEVE_XXHASH
+    {"squid_reply", (PyCFunction)(void (*)(void))squid_reply, METH_FASTCALL,
+     "squid_reply(lines, channels, escaped, image, layout, mask, pieces, unknown)\n"
+     "-> tuple[bytes, list[tuple[int, int]], int, int]\n\n"
+     "Squid request lines answered in one call: the replies written, the holes (line,\n"
+     "offset) left for the caller, the blocked and allowed counts."},
+#endif
     {NULL, NULL, 0, NULL},
 };
 

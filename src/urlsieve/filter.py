@@ -8,6 +8,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from urlsieve.exceptions import InvalidURL
 from urlsieve.match.base import Explanation, Matcher, Verdict
 from urlsieve.match.snapshot import (
+    CompiledImage,
     SnapshotBuilder,
     SnapshotInfo,
     SnapshotMatcher,
@@ -144,6 +145,15 @@ class Filter:
     def matcher(self) -> Matcher:
         """The engine answering (the compiled one unless built from another engine)."""
         return self._matcher
+
+    @property
+    def compiled(self) -> CompiledImage | None:
+        """The compiled image with this filter's default categories, as the extension's
+        batch calls take it; ``None`` for a reference engine."""
+        compiled: Callable[[Categories], CompiledImage] | None = getattr(
+            self._matcher, "compiled", None
+        )
+        return None if compiled is None else compiled(self._categories)
 
     @property
     def info(self) -> SnapshotInfo | None:

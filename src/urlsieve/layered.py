@@ -29,6 +29,7 @@ from typing import overload
 from urlsieve.exceptions import InvalidURL
 from urlsieve.filter import Categories, Filter
 from urlsieve.match.base import Explanation, Verdict
+from urlsieve.match.snapshot import CompiledImage
 from urlsieve.rules.model import Rule
 from urlsieve.url import CRAWLER, URL, canonicalize, parse_url
 
@@ -131,6 +132,12 @@ class LayeredFilter(Filter):
         if isinstance(url, bytes):
             return _learned_any(url) if self._query_hosts else url
         return self._form(url)
+
+    @property
+    def compiled(self) -> CompiledImage | None:
+        """The base's image: a URL it leaves undecided is the overlay's to decide."""
+        base = self.base.compiled
+        return None if base is None else base._replace(complete=self.overlay is None)
 
     def select(self, categories: Categories) -> Filter:
         return LayeredFilter(self.base.select(categories), self.overlay)

@@ -16,10 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.needs import missing
 from urlsieve import Filter, InvalidURL
 from urlsieve.gateway import FailureMode, HelperMode, HelperSettings, LiveRules, SquidHelper
 from urlsieve.gateway.protocol import MAX_LINE
 from urlsieve.gateway.squid import serve
+from urlsieve.layered import LayeredFilter
 from urlsieve.match.snapshot import compile_snapshot
 from urlsieve.rules.model import BLOCK, parse_rule
 
@@ -358,15 +360,15 @@ def test_an_over_long_line_is_answered_bh_and_skipped_unbuffered() -> None:
         buffered.append(len(line))
         return real_handle(line)
 
-    real_batch = h.handle_batch
+    real_batch = h.answer_batch
 
-    def spy_batch(lines: Sequence[bytes]) -> list[str]:
+    def spy_batch(lines: Sequence[bytes]) -> bytes:
         buffered.extend(len(line) for line in lines)
         return real_batch(lines)
 
     # A read without a too-long line is answered in one batch, the others line by line.
     h.handle = spy  # type: ignore[method-assign]
-    h.handle_batch = spy_batch  # type: ignore[method-assign]
+    h.answer_batch = spy_batch  # type: ignore[method-assign]
     long_line = b"4 http://evil.com/" + b"a" * 50_000
     payload = b"1 http://evil.com/\n" + long_line + b"\n2 http://good.org/\n" + long_line
     replies = _serve_bytes(h, payload, max_line=10_000)
@@ -654,24 +656,153 @@ _BATCH_LINES = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+def _batch_rules(layered: bool) -> Filter:
+    flt = Filter([*rules_filter().rules, parse_rule("evil.com/ok/", "allow", "fine", "ok.txt", 2)])
+    if not layered:
+        return flt
+    learned = Filter.from_rules(["learned.test", "@@good.org/y", "evil.com/ok/z"])
+    return LayeredFilter(flt, learned)
+
+
+_TEMPLATES = [BLOCK_PAGE, "http://block.lan/?u=%u&c=%c&r=%r", "http://b.lan/%c/%u?%u", "http://b/"]
+
+
+@settings(max_examples=400, deadline=None)
 @given(
     lines=_BATCH_LINES,
     mode=st.sampled_from([HelperMode.REDIRECT, HelperMode.REWRITE, HelperMode.ACL]),
     channels=st.sampled_from([None, True, False]),
-    template=st.sampled_from([BLOCK_PAGE, "http://block.lan/?u=%u&c=%c&r=%r"]),
+    template=st.sampled_from(_TEMPLATES),
+    layered_crlf=st.tuples(st.booleans(), st.booleans()),
 )
 def test_a_batch_gets_the_replies_of_its_lines_one_by_one(
-    lines: list[bytes], mode: HelperMode, channels: bool | None, template: str
+    lines: list[bytes],
+    mode: HelperMode,
+    channels: bool | None,
+    template: str,
+    layered_crlf: tuple[bool, bool],
 ) -> None:
+    """The reference batch (handle_batch) and the one-call path (answer_batch, lines as
+    read: CRLF endings too) give each line's own reply, and count the same."""
+    layered, crlf = layered_crlf
     settings_ = HelperSettings(
         mode=mode, redirect_url=None if mode is HelperMode.ACL else template, channels=channels
     )
+    one, batch, compiled = (
+        SquidHelper(LiveRules(lambda: _batch_rules(layered)), settings_) for _ in range(3)
+    )
+    lines = [line.rstrip(b"\r") for line in lines]  # as serve() hands lines to handle()
+    replies = [one.handle(line) for line in lines]
+    assert batch.handle_batch(lines) == replies
+    sent = [line + b"\r" for line in lines] if crlf else lines
+    assert compiled.answer_batch(sent) == "".join(replies).encode("ascii")
+    assert batch.stats == one.stats == compiled.stats
 
-    def rules() -> Filter:
-        flt = rules_filter()
-        return Filter([*flt.rules, parse_rule("evil.com/ok/", "allow", "fine", "ok.txt", 2)])
 
-    one, batch = (SquidHelper(LiveRules(rules), settings_) for _ in range(2))
-    assert batch.handle_batch(lines) == [one.handle(line) for line in lines]
-    assert batch.stats == one.stats
+_reply = getattr(__import__("urlsieve._accel", fromlist=["speedups"]).speedups, "squid_reply", None)
+
+
+def test_plain_lines_are_answered_by_the_compiled_call_alone() -> None:
+    """Every plain line of a read is answered in C: nothing reaches the reference batch
+    (a compiled path that gave up on them would pass the differential test above)."""
+    if _reply is None:
+        missing("urlsieve._speedups was not built with xxhash.h: no compiled helper batch")
+    lines = [
+        b"http://evil.com/x 10.0.0.1/- - GET",
+        b"3 http://www.evil.com/%2e%2e/a 10.0.0.1/- - GET\r",
+        b"http://good.org/ 10.0.0.2",
+        b"http://good.org/x\r\r",
+        b"4 http://evil.com/ok/x",
+        b"5 http://ads.example/banners/../banners/a.gif",
+    ]
+    for template in (BLOCK_PAGE.replace("&client=%a", ""), "http://b.lan/%c/%u?%u"):
+        h = SquidHelper(
+            LiveRules(lambda: _batch_rules(False)),
+            HelperSettings(redirect_url=template, channels=None),
+        )
+        answered = h._compiled_batch(lines)
+        assert answered is not None
+        out, holes, blocked, allowed = answered
+        assert (holes, blocked, allowed) == ([], 3, 3)
+        ref = SquidHelper(
+            LiveRules(lambda: _batch_rules(False)),
+            HelperSettings(redirect_url=template, channels=None),
+        )
+        assert out == "".join(ref.handle(line.rstrip(b"\r")) for line in lines).encode()
+
+
+def test_the_compiled_call_leaves_what_the_reference_must_answer() -> None:
+    if _reply is None:
+        missing("urlsieve._speedups was not built with xxhash.h: no compiled helper batch")
+    lines = [
+        b"http://evil.com/ 10.0.0.1",  # block page needs %a: the reference renders it
+        b"",  # not a request: BH
+        b"http://good.org/",
+        b"evil.com:443 10.0.0.1/- - CONNECT",
+        b"http://EVIL.com/\xff",
+        b"http://unknown.test/",
+    ]
+    h = helper()
+    answered = h._compiled_batch(lines)
+    assert answered is not None
+    out, holes, blocked, allowed = answered
+    assert [k for k, _ in holes] == [0, 1, 3, 4]
+    assert out == b"ERR\nERR\n" and (blocked, allowed) == (0, 2)
+    assert [at for _, at in holes] == [0, 0, 4, 4]
+    # With learning on (or a learned overlay), an undecided URL is the reference's too.
+    learning = SquidHelper(
+        LiveRules(lambda: _batch_rules(True)), HelperSettings(redirect_url="http://b/")
+    )
+    answered = learning._compiled_batch(lines)
+    assert answered is not None and [k for k, _ in answered[1]] == [1, 2, 3, 4, 5]
+
+
+def test_the_compiled_call_refuses_misuse() -> None:
+    if _reply is None:
+        missing("urlsieve._speedups was not built with xxhash.h: no compiled helper batch")
+    image = rules_filter().compiled
+    assert image is not None
+    args = [[b"http://evil.com/"], 2, False, image.view, image.layout, None, (("x",),), False]
+    assert _reply(*args)[0] == b"x"  # type: ignore[misc]
+    for at, bad, error in [
+        (0, (b"http://evil.com/",), TypeError),
+        (0, ["http://evil.com/"], TypeError),
+        (1, 3, ValueError),
+        (4, image.layout[:-1], TypeError),
+        (4, (1 << 40, *image.layout[1:]), ValueError),
+        (6, [("x",)], TypeError),
+        (6, (("é",),), TypeError),
+        (6, ((),), TypeError),
+        (6, ((b"x",),), TypeError),
+    ]:
+        broken = list(args)
+        broken[at] = bad
+        with pytest.raises(error):
+            _reply(*broken)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        _reply(*args[:-1])  # type: ignore[misc]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(st.binary(max_size=120), max_size=10),
+    channels=st.sampled_from([0, 1, 2]),
+    escaped=st.booleans(),
+    unknown=st.booleans(),
+)
+def test_the_compiled_call_takes_any_bytes(
+    lines: list[bytes], channels: int, escaped: bool, unknown: bool
+) -> None:
+    """Arbitrary bytes never crash it; each answered line gets one ASCII reply line."""
+    if _reply is None:
+        missing("urlsieve._speedups was not built with xxhash.h: no compiled helper batch")
+    image = rules_filter().compiled
+    assert image is not None
+    pieces = (('OK url="http://b/?u=', '"\n'), None)
+    out, holes, blocked, allowed = _reply(  # type: ignore[misc]
+        lines, channels, escaped, image.view, image.layout, image.mask, pieces, unknown
+    )
+    assert out.isascii() and out.count(b"\n") == blocked + allowed
+    assert blocked + allowed + len(holes) == len(lines)
+    offsets = [at for _, at in holes]
+    assert offsets == sorted(offsets) and all(0 <= at <= len(out) for at in offsets)

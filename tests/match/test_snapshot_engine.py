@@ -173,7 +173,7 @@ def test_the_compiled_entry_point_refuses_misuse_with_typed_errors() -> None:
         fn(view, layout, ("http://evil.com/",), None, out)
     with pytest.raises(TypeError):
         fn(view, layout, [b"http://evil.com/"], None, out)
-    with pytest.raises(ValueError, match="layout does not fit"):
+    with pytest.raises(ValueError, match="one int64 per URL"):
         fn(view, layout, ["a", "b"], None, out)  # out too short
     for at in range(len(layout) - 1):  # every offset or size pushed out of the image
         broken = list(layout)

@@ -366,6 +366,11 @@ def template_pieces(template: str, *, category: str | None, rule: str | None) ->
     return _cut(template, _fields(category, None, None, None, rule))
 
 
+def template_uses(template: str, code: str) -> bool:
+    """Whether ``template`` substitutes ``code`` (``"r"``: ``%r``; see :data:`TEMPLATE_CODES`)."""
+    return any(found == code for _literal, found in _parsed_template(template))
+
+
 def template_is_plain(template: str) -> bool:
     """Whether the template's own text needs no escaping in a reply value (printable ASCII
     without ``"`` or ``\\``): the substituted values never do, once percent-encoded."""

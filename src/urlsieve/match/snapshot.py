@@ -60,7 +60,7 @@ from array import array
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import xxhash
@@ -73,6 +73,7 @@ from urlsieve.rules.readers import LineContext
 from urlsieve.url import URL, parse_url
 
 __all__ = [
+    "CompiledImage",
     "FORMAT_VERSION",
     "MAGIC",
     "SnapshotBuilder",
@@ -240,6 +241,18 @@ def _table_rounds(keys: np.ndarray, values: np.ndarray, table: np.ndarray) -> np
         pending = pending[~placed[pending]]
         position[pending] = (position[pending] + 1) & (slots - 1)
     return table
+
+
+class CompiledImage(NamedTuple):
+    """A compiled image as the extension's batch calls take it (``squid_reply``)."""
+
+    view: memoryview
+    layout: tuple[int, ...]
+    categories: list[str]  # by category id
+    mask: bytes | None  # the categories enforced (one byte per id; None: every one)
+    #: Whether a URL no rule of the image decides is undecided for good (False: another
+    #: layer, a learned overlay, may still decide it).
+    complete: bool = True
 
 
 @dataclass(frozen=True)
@@ -883,6 +896,12 @@ class SnapshotMatcher:
     def rules(self) -> list[Rule]:
         """Every rule held (one per key and category), in the order read."""
         return [self.rule(i) for i in range(len(self))]
+
+    def compiled(self, categories: Collection[str] | None = None) -> CompiledImage:
+        """The image as the extension's batch calls take it, enforcing ``categories``."""
+        return CompiledImage(
+            self._view, self._layout, self._categories, self.category_mask(categories)
+        )
 
     # -- categories ------------------------------------------------------------------------
 
