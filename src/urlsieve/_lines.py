@@ -9,10 +9,10 @@ rest of it skipped up to its newline without being kept.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-__all__ = ["TooLong", "split_lines"]
+__all__ = ["TooLong", "fill_holes", "split_lines"]
 
 #: How much of an over-long line :class:`TooLong` keeps (for a channel ID, a log line).
 HEAD = 80
@@ -75,3 +75,17 @@ def split_lines(
         yield batch
     if pending and not skipping and (blank_tail or pending.strip()):
         yield [bytes(pending)]
+
+
+def fill_holes(out: bytes, holes: Sequence[tuple[int, int]], replies: Iterable[bytes]) -> bytes:
+    """A compiled batch's output with the replies it left to Python put back in place:
+    ``holes`` are its ``(line, offset)`` pairs, ``replies`` theirs in the same order."""
+    if not holes:
+        return out
+    parts: list[bytes] = []
+    at = 0
+    for (_line, offset), reply in zip(holes, replies, strict=True):
+        parts += (out[at:offset], reply)
+        at = offset
+    parts.append(out[at:])
+    return b"".join(parts)

@@ -1359,6 +1359,146 @@ done:
 
 #ifdef URLSIEVE_XXHASH
 /* ---------------------------------------------------------------------------------------
+ * filter_reply: `urlsieve filter`'s text output for a read of input lines, in one call
+ * (urlsieve/cli/filter.py; the reference is its per-line Python path, which the tests hold
+ * this equal to). A line (one trailing CR dropped, as the reader does) of printable ASCII
+ * whose URL is on the canonical fast path gets "action TAB category TAB source[:line]
+ * TAB line LF" here ("none TAB - TAB -" without a rule), or nothing when its action is
+ * not in `only` (bits: 1 block, 2 allow, 4 none). categories and sources: the image's,
+ * as bytes, by id. Any other line is a hole, (line index, offset in the output), for
+ * the caller. Returns (output: bytes, holes: list[tuple[int, int]]).
+ */
+static PyObject *
+filter_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "filter_reply(lines, image, layout, mask, categories, "
+                                         "sources, only) takes 7 arguments");
+        return NULL;
+    }
+    PyObject *lines = args[0], *layout = args[2], *mask_obj = args[3];
+    PyObject *names[2] = {args[4], args[5]};
+    if (!PyList_Check(lines)) {
+        PyErr_SetString(PyExc_TypeError, "filter_reply: lines must be a list of bytes");
+        return NULL;
+    }
+    for (int t = 0; t < 2; t++) {
+        int ok = PyTuple_Check(names[t]);
+        for (Py_ssize_t j = 0; ok && j < PyTuple_GET_SIZE(names[t]); j++) {
+            ok = PyBytes_Check(PyTuple_GET_ITEM(names[t], j));
+        }
+        if (!ok) {
+            PyErr_SetString(PyExc_TypeError,
+                            "filter_reply: categories and sources must be tuples of bytes");
+            return NULL;
+        }
+    }
+    long only = PyLong_AsLong(args[6]);
+    if (only == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer img, mask = {0};
+    if (PyObject_GetBuffer(args[1], &img, PyBUF_SIMPLE) < 0) return NULL;
+    if (mask_obj != Py_None && PyObject_GetBuffer(mask_obj, &mask, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&img);
+        return NULL;
+    }
+    PyObject *result = NULL, *holes = NULL;
+    unsigned char *buf = NULL;
+    growbuf out = {0};
+    image im;
+    if (!image_open(&img, layout, &im)) goto done;
+    im.mask = mask.obj ? mask.buf : NULL;
+    im.mask_len = mask.obj ? mask.len : 0;
+    buf = PyMem_Malloc(2 * (MAX_URL + 16));
+    holes = PyList_New(0);
+    if (buf == NULL || holes == NULL) {
+        if (buf == NULL) PyErr_NoMemory();
+        goto done;
+    }
+    unsigned char *rewritten = buf + MAX_URL + 16;
+    Py_ssize_t n_cats = PyTuple_GET_SIZE(names[0]), n_sources = PyTuple_GET_SIZE(names[1]);
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(lines); k++) {
+        PyObject *item = PyList_GET_ITEM(lines, k);
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "filter_reply: lines[%zd] is %.100s, not bytes", k,
+                         Py_TYPE(item)->tp_name);
+            goto done;
+        }
+        const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(item);
+        Py_ssize_t n = PyBytes_GET_SIZE(item), len;
+        if (n > 0 && s[n - 1] == '\r') n--;
+        int plain = n > 0;
+        for (Py_ssize_t j = 0; j < n && plain; j++) plain = s[j] >= 0x21 && s[j] <= 0x7e;
+        const unsigned char *text;
+        spans sp;
+        int64_t id = plain ? match_url(&im, s, n, buf, rewritten, &text, &len, &sp) : -2;
+        PyObject *category = NULL, *source = NULL;
+        uint32_t line = 0;
+        int allow = 0;
+        if (id >= 0) {
+            const unsigned char *r = im.rules + 32 * (uint64_t)id;
+            uint32_t source_id = rd32(r + 20);
+            uint16_t category_id = rd16(r + 28);
+            line = rd32(r + 24);
+            allow = (rd16(r + 30) & F_ALLOW) != 0;
+            if (category_id < n_cats && source_id < n_sources) {
+                category = PyTuple_GET_ITEM(names[0], category_id);
+                source = PyTuple_GET_ITEM(names[1], source_id);
+            } else {
+                id = -2; /* not a rule of this image's tables: the reference says why */
+            }
+        }
+        if (id == -2) {
+            PyObject *hole = Py_BuildValue("(nn)", k, (Py_ssize_t)out.n);
+            if (hole == NULL) goto done;
+            int failed = PyList_Append(holes, hole);
+            Py_DECREF(hole);
+            if (failed < 0) goto done;
+            continue;
+        }
+        if (!(only & (id < 0 ? 4 : allow ? 2 : 1))) continue;
+        int failed;
+        if (id < 0) {
+            failed = grow_put(&out, "none\t-\t-\t", 9) < 0;
+        } else { /* Rule.where: "-" without a source, "source" without a line */
+            const char *where = PyBytes_AS_STRING(source);
+            Py_ssize_t where_len = PyBytes_GET_SIZE(source);
+            char number[16];
+            int digits = 0;
+            if (where_len == 0) {
+                where = "-";
+                where_len = 1;
+            } else if (line) {
+                digits = snprintf(number, sizeof number, ":%u", (unsigned)line);
+            }
+            failed = grow_put(&out, allow ? "allow\t" : "block\t", 6) < 0
+                     || grow_put(&out, PyBytes_AS_STRING(category),
+                                 (size_t)PyBytes_GET_SIZE(category)) < 0
+                     || grow_put(&out, "\t", 1) < 0 || grow_put(&out, where, (size_t)where_len) < 0
+                     || grow_put(&out, number, (size_t)digits) < 0
+                     || grow_put(&out, "\t", 1) < 0;
+        }
+        if (failed || grow_put(&out, s, (size_t)n) < 0 || grow_put(&out, "\n", 1) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    PyObject *bytes = PyBytes_FromStringAndSize(out.p ? out.p : "", (Py_ssize_t)out.n);
+    if (bytes == NULL) goto done;
+    result = PyTuple_Pack(2, bytes, holes);
+    Py_DECREF(bytes);
+done:
+    Py_XDECREF(holes);
+    PyMem_Free(out.p);
+    PyMem_Free(buf);
+    PyBuffer_Release(&img);
+    if (mask.obj) PyBuffer_Release(&mask);
+    return result;
+}
+#endif /* URLSIEVE_XXHASH */
+
+#ifdef URLSIEVE_XXHASH
+/* ---------------------------------------------------------------------------------------
  * The seen stores' batch fingerprints (urlsieve/fingerprint.py; the reference is
  * xxhash over canonicalize(url).encode("ascii"), which the tests hold this equal to).
  * For each URL on the canonical fast path: xxh3-64 of its canonical form into out[k]
@@ -1818,6 +1958,11 @@ static PyMethodDef methods[] = {
      "-> tuple[bytes, list[tuple[int, int]], int, int]\n\n"
      "Squid request lines answered in one call: the replies written, the holes (line,\n"
      "offset) left for the caller, the blocked and allowed counts."},
+    {"filter_reply", (PyCFunction)(void (*)(void))filter_reply, METH_FASTCALL,
+     "filter_reply(lines, image, layout, mask, categories, sources, only)\n"
+     "-> tuple[bytes, list[tuple[int, int]]]\n\n"
+     "urlsieve filter's text output for input lines in one call; the holes (line,\n"
+     "offset) are left for the caller."},
 #endif
     {NULL, NULL, 0, NULL},
 };

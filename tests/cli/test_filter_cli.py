@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from tests.needs import missing
 from urlsieve.cli import main
 
 CONSOLE = (
@@ -228,3 +231,122 @@ def test_filter_over_long_line_is_invalid_with_its_reason_and_the_stream_goes_on
     assert [r["action"] for r in records] == ["none", "invalid", "block"]
     assert records[1]["error"] == f"line longer than {MAX_INPUT_LINE} bytes: skipped"
     assert f"line 2: line longer than {MAX_INPUT_LINE} bytes" in err
+
+
+# -- the compiled text output (issue 10): one call a read, the per-line path's bytes ----------
+
+_filter_reply = getattr(
+    __import__("urlsieve._accel", fromlist=["speedups"]).speedups, "filter_reply", None
+)
+_FILTER_LINES = st.lists(
+    st.one_of(
+        st.sampled_from(
+            [
+                "evil.com",
+                "http://EVIL.com/public/../x\r",
+                "https://good.evil.com:443/a",
+                "evil.com/public/a?b",
+                "a.org",
+                "\ufeffevil.com",
+                " evil.com",
+                "evil.com\t",
+                "javascript:x",
+                "http://evil.com/\udcff",
+                "",
+                "\r",
+                "http://[::1]/",
+                "sub.nosrc.test/x",
+            ]
+        ),
+        st.text(max_size=30),
+    ),
+    max_size=12,
+)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(lines=_FILTER_LINES, only=st.sets(st.sampled_from(["block", "allow", "none", "invalid"])))
+def test_filter_compiled_output_equals_the_per_line_path(
+    lists: Path,
+    capsysbinary: pytest.CaptureFixture[bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    lines: list[str],
+    only: set[str],
+) -> None:
+    """Both paths write the same bytes, report the same lines and exit alike: rules with and
+    without a source line, allow rules, blanks, BOM, CRLF, invalid and non-ASCII lines."""
+    import urlsieve.cli.filter as filter_cli
+
+    if _filter_reply is None:
+        missing("urlsieve._speedups was not built with xxhash.h: no compiled filter output")
+    (lists / "more.txt").write_text("evil.com/public/a?b\n", "utf-8")
+    argv = ["filter", "--lists", str(lists / "bad.txt"), str(lists / "more.txt")]
+    argv += [arg for action in sorted(only) for arg in ("--only", action)]
+    stdin = "".join(f"{line}\n" for line in lines)
+    results = []
+    for compiled in (filter_cli._filter_reply, None):
+        monkeypatch.setattr(filter_cli, "_filter_reply", compiled)
+        status = run(monkeypatch, argv, stdin)
+        results.append((status, *capsysbinary.readouterr()))
+    assert results[0] == results[1]
+
+
+def test_filter_compiled_output_answers_plain_lines_in_c(lists: Path) -> None:
+    """The compiled call writes the plain lines itself (a call that left every line to the
+    per-line path would pass the differential test above)."""
+    if _filter_reply is None:
+        missing("urlsieve._speedups was not built with xxhash.h: no compiled filter output")
+    from urlsieve import Filter
+
+    bad = str(lists / "bad.txt")
+    image = Filter.from_lists([bad]).compiled
+    assert image is not None
+    names = [tuple(n.encode() for n in image.categories), tuple(n.encode() for n in image.sources)]
+    raw = [b"http://EVIL.com/x\r", b"a.org", b"evil.com/public/", b"javascript:x", b" a.org"]
+    out, holes = _filter_reply(raw, image.view, image.layout, image.mask, *names, 7)
+    assert (
+        out
+        == (
+            f"block\tbad\t{bad}:1\thttp://EVIL.com/x\nnone\t-\t-\ta.org\n"
+            f"allow\tbad\t{bad}:2\tevil.com/public/\n"
+        ).encode()
+    )
+    assert holes == [(3, len(out)), (4, len(out))]
+    allowed = f"allow\tbad\t{bad}:2\tevil.com/public/\n".encode()
+    only_allow = _filter_reply(raw, image.view, image.layout, image.mask, *names, 2)
+    assert only_allow == (allowed, [(3, len(allowed)), (4, len(allowed))])
+    # A rule without a source is "-" (Rule.where), one without a line its source alone.
+    from urlsieve.rules.model import BLOCK, parse_rule
+
+    bare = Filter([parse_rule("evil.com", BLOCK, "c"), parse_rule("b.org", BLOCK, "c", "s")])
+    image2 = bare.compiled
+    assert image2 is not None
+    names2 = [
+        tuple(n.encode() for n in image2.categories),
+        tuple(n.encode() for n in image2.sources),
+    ]
+    answered = _filter_reply([b"evil.com", b"b.org"], image2.view, image2.layout, None, *names2, 7)
+    assert answered == (b"block\tc\t-\tevil.com\nblock\tc\ts\tb.org\n", [])
+    with pytest.raises(TypeError):
+        _filter_reply(raw, image.view, image.layout, image.mask, image.categories, names[1], 7)
+    with pytest.raises(TypeError):
+        _filter_reply([*raw, "a.org"], image.view, image.layout, image.mask, *names, 7)
+    with pytest.raises(ValueError):
+        _filter_reply(raw, image.view, (1 << 40, *image.layout[1:]), image.mask, *names, 7)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.binary(max_size=100), max_size=10), only=st.integers(0, 7))
+def test_filter_compiled_output_takes_any_bytes(lines: list[bytes], only: int) -> None:
+    if _filter_reply is None:
+        missing("urlsieve._speedups was not built with xxhash.h: no compiled filter output")
+    from urlsieve import Filter
+
+    image = Filter.from_rules(["evil.com", "@@evil.com/ok/"]).compiled
+    assert image is not None
+    names = [tuple(n.encode() for n in image.categories), tuple(n.encode() for n in image.sources)]
+    out, holes = _filter_reply(lines, image.view, image.layout, image.mask, *names, only)
+    assert out.count(b"\n") + len(holes) <= len(lines)
+    assert [at for _, at in holes] == sorted(at for _, at in holes)

@@ -23,7 +23,10 @@ __all__ = [
     "input_batches",
     "is_blank",
     "input_lines",
+    "line_text",
+    "raw_batches",
     "stdin_batches",
+    "stdin_raw_batches",
     "too_long",
 ]
 
@@ -44,7 +47,8 @@ def too_long() -> str:
     return f"line longer than {MAX_INPUT_LINE} bytes: skipped"
 
 
-def _text(raw: bytes, number: int) -> str:
+def line_text(raw: bytes, number: int) -> str:
+    """An input line's text: a CR before its newline and a UTF-8 BOM on line 1 dropped."""
     if raw.endswith(b"\r"):
         raw = raw[:-1]
     if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
@@ -56,16 +60,25 @@ class Readable(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
 
 
+def raw_batches(
+    stream: Readable, chunk: int = 1 << 16
+) -> Iterator[tuple[int, list[bytes | TooLong]]]:
+    """The complete lines of each read of ``stream`` as bytes, with the number of the first
+    (a lone line comes as soon as it ends); :func:`line_text` gives a line's text."""
+    number = 1
+    for batch in split_lines(getattr(stream, "read1", stream.read), MAX_INPUT_LINE, chunk):
+        if batch:
+            yield number, batch
+            number += len(batch)
+
+
 def input_batches(stream: Readable, chunk: int = 1 << 16) -> Iterator[list[Line]]:
     """The complete lines of each read of ``stream`` (a lone line comes as soon as it ends)."""
-    number = 0
-    for batch in split_lines(getattr(stream, "read1", stream.read), MAX_INPUT_LINE, chunk):
-        lines: list[Line] = []
-        for item in batch:
-            number += 1
-            lines.append((number, None if isinstance(item, TooLong) else _text(item, number)))
-        if lines:
-            yield lines
+    for first, batch in raw_batches(stream, chunk):
+        yield [
+            (number, None if isinstance(item, TooLong) else line_text(item, number))
+            for number, item in enumerate(batch, first)
+        ]
 
 
 def _stdin() -> Readable:
@@ -87,6 +100,11 @@ class _TextAsBytes:
 def stdin_batches() -> Iterator[list[Line]]:
     """:func:`input_batches` of standard input."""
     return input_batches(_stdin())
+
+
+def stdin_raw_batches() -> Iterator[tuple[int, list[bytes | TooLong]]]:
+    """:func:`raw_batches` of standard input."""
+    return raw_batches(_stdin())
 
 
 def input_lines(items: Sequence[str]) -> Iterator[Line]:

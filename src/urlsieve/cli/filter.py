@@ -5,16 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO
 
-from urlsieve.cli._io import is_blank, stdin_batches, too_long
+from urlsieve._accel import speedups
+from urlsieve._lines import TooLong, fill_holes
+from urlsieve.cli._io import is_blank, line_text, stdin_raw_batches, too_long
 from urlsieve.cli._lists import add_list_arguments, load_filter, verdict_record
 from urlsieve.exceptions import InvalidURL
 from urlsieve.filter import Filter
 from urlsieve.match import Verdict
 from urlsieve.rules import Rule
 from urlsieve.url import URL, parse_url
+
+# A read's text output in one compiled call (reference: the per-line path, _Lines).
+_filter_reply = getattr(speedups, "filter_reply", None)
+_ONLY_BITS = {"block": 1, "allow": 2, "none": 4}
 
 
 def register(sub: Any) -> None:
@@ -104,43 +110,87 @@ def _invalid_line(text: str, reason: str, jsonl: bool, only: frozenset[str] | No
     return f"invalid\t-\t-\t{text}\n"
 
 
-def run(args: argparse.Namespace) -> int:
-    flt = load_filter(args)
-    match = flt.match
-    only = frozenset(args.only) if args.only else None
-    jsonl = args.format == "jsonl"
-    blank = '{"url": "", "action": "blank"}\n' if jsonl else "\n"
-    binary = _output()
-    rejected = 0
-    for batch in stdin_batches():
+class _Lines:
+    """The per-line path: each line's output text, and the count of rejected lines."""
+
+    def __init__(self, flt: Filter, only: frozenset[str] | None, jsonl: bool) -> None:
+        self.flt = flt
+        self.only = only
+        self.jsonl = jsonl
+        self.rejected = 0
+
+    def __call__(self, batch: list[tuple[int, str | None]]) -> list[str]:
+        """One output text per line, ``""`` for a line that writes nothing."""
+        only, jsonl = self.only, self.jsonl
+        blank = '{"url": "", "action": "blank"}\n' if jsonl else "\n"
         out: list[str] = []
-        decided = iter(() if jsonl else _decide_batch(flt, batch))
+        decided = iter(() if jsonl else _decide_batch(self.flt, batch))
         for number, text in batch:
             reason: str | None
             if text is None:  # skipped unread: nothing to echo
                 reason = too_long()
                 line = _invalid_line("", reason, jsonl, only)
             elif is_blank(text):
-                if only is None:
-                    out.append(blank)  # not a URL, not an error: kept for the alignment
+                # not a URL, not an error: kept for the alignment
+                out.append(blank if only is None else "")
                 continue
             elif jsonl:  # the canonical form is written: each URL parsed
-                line, reason = _verdict_line(text, match, jsonl, only)
+                line, reason = _verdict_line(text, self.flt.match, jsonl, only)
             else:
                 line, reason = _text_line(text, next(decided), only)
-            if line is not None:
-                out.append(line)
+            out.append(line or "")
             if reason is not None:
-                rejected += 1
+                self.rejected += 1
                 shown = "" if text is None else f": {text[:200]!r}"
                 print(f"line {number}: {reason}{shown}", file=sys.stderr)
-        data = "".join(out)
+        return out
+
+
+def _lines_of(
+    first: int, raw: list[bytes | TooLong], picked: Iterable[int] | None = None
+) -> list[tuple[int, str | None]]:
+    """``(line number, text)`` of the lines of a read (``picked``: of these indexes only)."""
+    out: list[tuple[int, str | None]] = []
+    for k in range(len(raw)) if picked is None else picked:
+        item = raw[k]
+        out.append((first + k, None if isinstance(item, TooLong) else line_text(item, first + k)))
+    return out
+
+
+def _encode(texts: list[str]) -> list[bytes]:
+    return [text.encode("utf-8", "surrogateescape") for text in texts]
+
+
+def run(args: argparse.Namespace) -> int:
+    flt = load_filter(args)
+    only = frozenset(args.only) if args.only else None
+    jsonl = args.format == "jsonl"
+    per_line = _Lines(flt, only, jsonl)
+    # Text output: each read answered by one compiled call, the lines it leaves per line.
+    reply = _filter_reply
+    compiled = None if jsonl or reply is None else flt.compiled
+    if compiled is not None and not compiled.complete:  # another layer decides after it
+        compiled = None
+    if compiled is not None:
+        names = tuple(
+            tuple(name.encode("utf-8", "surrogateescape") for name in names)
+            for names in (compiled.categories, compiled.sources)
+        )
+        bits = sum(bit for action, bit in _ONLY_BITS.items() if only is None or action in only)
+    binary = _output()
+    for first, raw in stdin_raw_batches():
+        if compiled is not None and reply is not None and TooLong not in map(type, raw):
+            out, holes = reply(raw, compiled.view, compiled.layout, compiled.mask, *names, bits)
+            texts = per_line(_lines_of(first, raw, (k for k, _ in holes))) if holes else []
+            data = fill_holes(out, holes, _encode(texts))
+        else:
+            data = b"".join(_encode(per_line(_lines_of(first, raw))))
         if binary is not None:
-            binary.write(data.encode("utf-8", "surrogateescape"))
+            binary.write(data)
             binary.flush()
         else:
-            sys.stdout.write(data)
-    if rejected:
-        print(f"urlsieve filter: {rejected} input line(s) rejected", file=sys.stderr)
+            sys.stdout.write(data.decode("utf-8", "surrogateescape"))
+    if per_line.rejected:
+        print(f"urlsieve filter: {per_line.rejected} input line(s) rejected", file=sys.stderr)
         return 1
     return 0

@@ -34,7 +34,7 @@ from typing import Protocol
 import numpy as np
 
 from urlsieve._accel import speedups
-from urlsieve._lines import TooLong, split_lines
+from urlsieve._lines import TooLong, fill_holes, split_lines
 from urlsieve.exceptions import InvalidURL
 from urlsieve.gateway.config import FailureMode
 from urlsieve.gateway.live import LiveRules, NoRules
@@ -194,17 +194,8 @@ class SquidHelper:
         stats.requests += blocked + allowed
         stats.blocked += blocked
         stats.allowed += allowed
-        if not holes:
-            return out
-        parts: list[bytes] = []
-        at = 0
-        for (_line, offset), reply in zip(
-            holes, self.handle_batch([lines[k].rstrip(b"\r") for k, _ in holes]), strict=True
-        ):
-            parts += (out[at:offset], reply.encode("ascii"))
-            at = offset
-        parts.append(out[at:])
-        return b"".join(parts)
+        replies = self.handle_batch([lines[k].rstrip(b"\r") for k, _ in holes]) if holes else []
+        return fill_holes(out, holes, (reply.encode("ascii") for reply in replies))
 
     def _compiled_batch(
         self, lines: list[bytes]

@@ -249,6 +249,7 @@ class CompiledImage(NamedTuple):
     view: memoryview
     layout: tuple[int, ...]
     categories: list[str]  # by category id
+    sources: list[str]  # by source id ("": none)
     mask: bytes | None  # the categories enforced (one byte per id; None: every one)
     #: Whether a URL no rule of the image decides is undecided for good (False: another
     #: layer, a learned overlay, may still decide it).
@@ -900,7 +901,11 @@ class SnapshotMatcher:
     def compiled(self, categories: Collection[str] | None = None) -> CompiledImage:
         """The image as the extension's batch calls take it, enforcing ``categories``."""
         return CompiledImage(
-            self._view, self._layout, self._categories, self.category_mask(categories)
+            self._view,
+            self._layout,
+            self._categories,
+            self._sources,
+            self.category_mask(categories),
         )
 
     # -- categories ------------------------------------------------------------------------
