@@ -32,6 +32,24 @@
 #endif
 
 #define MAX_URL 65536
+
+/* How many items ahead a batch loop asks for the memory of (a list's strings are
+   scattered over the heap: each is a cache miss the loop would otherwise wait for). */
+#define PREFETCH 32
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH_READ(p) __builtin_prefetch((const void *)(p), 0, 1)
+#else
+#define PREFETCH_READ(p) ((void)(p))
+#endif
+
+/* The first two cache lines of a str or bytes object: its header and the start of its
+   data. */
+static inline void
+prefetch_str(const PyObject *obj)
+{
+    PREFETCH_READ(obj);
+    PREFETCH_READ((const char *)obj + 64);
+}
 /* Room for a rewritten URL: at most MAX_URL + 16 bytes (what every caller allocates). */
 #define REWRITE_CAP (MAX_URL + 16)
 
@@ -1024,6 +1042,9 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
         PyObject *url = PyList_GET_ITEM(urls, k);
+        if (k + PREFETCH < PyList_GET_SIZE(urls)) {
+            prefetch_str(PyList_GET_ITEM(urls, k + PREFETCH));
+        }
         if (!PyUnicode_Check(url)) {
             PyErr_Format(PyExc_TypeError, "snapshot_match: urls[%zd] is %.100s, not str", k,
                          Py_TYPE(url)->tp_name);
@@ -1294,6 +1315,9 @@ squid_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t blocked = 0, allowed = 0;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(lines); k++) {
         PyObject *item = PyList_GET_ITEM(lines, k);
+        if (k + PREFETCH < PyList_GET_SIZE(lines)) {
+            prefetch_str(PyList_GET_ITEM(lines, k + PREFETCH));
+        }
         if (!PyBytes_Check(item)) {
             PyErr_Format(PyExc_TypeError, "squid_reply: lines[%zd] is %.100s, not bytes", k,
                          Py_TYPE(item)->tp_name);
@@ -1419,6 +1443,9 @@ filter_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n_cats = PyTuple_GET_SIZE(names[0]), n_sources = PyTuple_GET_SIZE(names[1]);
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(lines); k++) {
         PyObject *item = PyList_GET_ITEM(lines, k);
+        if (k + PREFETCH < PyList_GET_SIZE(lines)) {
+            prefetch_str(PyList_GET_ITEM(lines, k + PREFETCH));
+        }
         if (!PyBytes_Check(item)) {
             PyErr_Format(PyExc_TypeError, "filter_reply: lines[%zd] is %.100s, not bytes", k,
                          Py_TYPE(item)->tp_name);
@@ -1548,6 +1575,7 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *url = PyList_GET_ITEM(refs, k);
+        if (k + PREFETCH < n) prefetch_str(PyList_GET_ITEM(refs, k + PREFETCH));
         if (PyUnicode_Check(url) && PyUnicode_IS_ASCII(url)
             && PyUnicode_GET_LENGTH(url) <= MAX_URL) {
             data[k] = PyUnicode_1BYTE_DATA(url);
@@ -1562,6 +1590,9 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t k = 0; k < n; k++) {
         spans sp;
         flags[k] = 0;
+        if (k + PREFETCH < n && data[k + PREFETCH] != NULL) {
+            PREFETCH_READ(data[k + PREFETCH] + 64);
+        }
         const unsigned char *s;
         Py_ssize_t len;
         if (data[k] == NULL
