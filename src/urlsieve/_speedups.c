@@ -952,6 +952,32 @@ match_url(const image *im, const unsigned char *s, Py_ssize_t n, unsigned char *
     return match_one(im, *text, *len, sp, buf);
 }
 
+/* Ask for the host-table slots the URL s[0:n] will probe (one per host level the rule
+   set has) when it is canonical as it is: 1 with *sp filled for match_one, else 0. */
+static int
+prefetch_hosts(const image *im, const unsigned char *s, Py_ssize_t n, spans *sp)
+{
+    if (n > MAX_URL - 8 || !scan_canonical(s, n, 1, sp)) return 0;
+    const unsigned char *host = s + sp->host_start;
+    Py_ssize_t hl = sp->host_end - sp->host_start, labels = 1;
+    for (Py_ssize_t k = 0; k < hl; k++) labels += host[k] == '.';
+    for (Py_ssize_t start = 0;;) { /* the levels of match_one, in its order */
+        if (im->host_depths >> (labels < 63 ? labels : 63) & 1) {
+            uint64_t key = h64(host + start, (size_t)(hl - start));
+            PREFETCH_READ(im->hosts + 2 * (key & im->host_mask));
+        }
+        if (sp->is_ip) break;
+        while (start < hl && host[start] != '.') start++;
+        if (start >= hl) break;
+        start++;
+        labels--;
+    }
+    return 1;
+}
+
+/* How many URLs ahead snapshot_match asks for their host-table slots. */
+#define HOSTS_AHEAD 8
+
 static PyObject *
 snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1004,7 +1030,7 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&mask);
         return NULL;
     }
-    PyObject *result = NULL;
+    PyObject *result = NULL, *refs = NULL;
     unsigned char *buf = NULL;
     Py_ssize_t n_urls = PyList_GET_SIZE(urls);
     const int64_t *row_at = rows.obj ? rows.buf : NULL;
@@ -1035,46 +1061,68 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     unsigned char *rewritten = buf + MAX_URL + 16;
     int64_t *ids = out.buf;
+    /* The strings, held: Python code run below (dropping an old item of `canonical`)
+       cannot change what a URL whose host slots were asked for ahead is. */
+    refs = PyList_GetSlice(urls, 0, n_urls);
+    if (refs == NULL) goto done;
     for (Py_ssize_t k = 0; k < n_urls; k++) {
-        /* Dropping an old item of `canonical` may run Python code that resizes a list. */
-        if (k >= PyList_GET_SIZE(urls) || (canon != NULL && k >= PyList_GET_SIZE(canon))) {
-            PyErr_SetString(PyExc_RuntimeError, "snapshot_match: a list changed size");
-            goto done;
-        }
-        PyObject *url = PyList_GET_ITEM(urls, k);
-        if (k + PREFETCH < PyList_GET_SIZE(urls)) {
-            prefetch_str(PyList_GET_ITEM(urls, k + PREFETCH));
-        }
-        if (!PyUnicode_Check(url)) {
+        if (!PyUnicode_Check(PyList_GET_ITEM(refs, k))) {
             PyErr_Format(PyExc_TypeError, "snapshot_match: urls[%zd] is %.100s, not str", k,
-                         Py_TYPE(url)->tp_name);
+                         Py_TYPE(PyList_GET_ITEM(refs, k))->tp_name);
             goto done;
         }
-        if (!PyUnicode_IS_ASCII(url)) {
-            ids[k] = -2;
-            continue;
+    }
+    spans ahead[HOSTS_AHEAD];
+    int ahead_ok[HOSTS_AHEAD] = {0};
+    for (Py_ssize_t k = -HOSTS_AHEAD; k < n_urls; k++) {
+        /* URL k + HOSTS_AHEAD's host slots are asked for, then URL k is matched */
+        Py_ssize_t next = k + HOSTS_AHEAD; /* cannot overflow: n_urls is a list's size */
+        if (next + PREFETCH < n_urls) prefetch_str(PyList_GET_ITEM(refs, next + PREFETCH));
+        if (k >= 0) {
+            /* Dropping an old item of `canonical` may run Python code that resizes it. */
+            if (canon != NULL && k >= PyList_GET_SIZE(canon)) {
+                PyErr_SetString(PyExc_RuntimeError, "snapshot_match: a list changed size");
+                goto done;
+            }
+            PyObject *url = PyList_GET_ITEM(refs, k);
+            if (!PyUnicode_IS_ASCII(url)) {
+                ids[k] = -2;
+            } else {
+                if (row_at != NULL) {
+                    im.mask = (const unsigned char *)mask.buf + row_at[k];
+                    im.mask_len = stride;
+                }
+                const unsigned char *text = PyUnicode_1BYTE_DATA(url);
+                Py_ssize_t len = PyUnicode_GET_LENGTH(url);
+                spans sp;
+                if (ahead_ok[k % HOSTS_AHEAD]) { /* canonical as it is: scanned already */
+                    sp = ahead[k % HOSTS_AHEAD];
+                    ids[k] = match_one(&im, text, len, &sp, buf);
+                } else {
+                    ids[k] = match_url(&im, text, len, buf, rewritten, &text, &len, &sp);
+                }
+                if (ids[k] != -2 && canon != NULL) {
+                    PyObject *form = text == rewritten ? canonical_text(text, len, &sp)
+                                                       : canonical_of(url, &sp);
+                    if (form == NULL) goto done;
+                    PyObject *old = PyList_GET_ITEM(canon, k);
+                    PyList_SET_ITEM(canon, k, form);
+                    Py_DECREF(old);
+                }
+            }
         }
-        if (row_at != NULL) {
-            im.mask = (const unsigned char *)mask.buf + row_at[k];
-            im.mask_len = stride;
-        }
-        const unsigned char *text;
-        Py_ssize_t len;
-        spans sp;
-        ids[k] = match_url(&im, PyUnicode_1BYTE_DATA(url), PyUnicode_GET_LENGTH(url), buf,
-                           rewritten, &text, &len, &sp);
-        if (ids[k] == -2) continue;
-        if (canon != NULL) {
-            PyObject *form = text == rewritten ? canonical_text(text, len, &sp)
-                                               : canonical_of(url, &sp);
-            if (form == NULL) goto done;
-            PyObject *old = PyList_GET_ITEM(canon, k);
-            PyList_SET_ITEM(canon, k, form);
-            Py_DECREF(old);
+        /* URL next takes the slot URL k has just left */
+        int *ok = &ahead_ok[next % HOSTS_AHEAD];
+        *ok = 0;
+        if (next < n_urls && PyUnicode_IS_ASCII(PyList_GET_ITEM(refs, next))) {
+            PyObject *later = PyList_GET_ITEM(refs, next);
+            *ok = prefetch_hosts(&im, PyUnicode_1BYTE_DATA(later), PyUnicode_GET_LENGTH(later),
+                                 &ahead[next % HOSTS_AHEAD]);
         }
     }
     result = Py_NewRef(Py_None);
 done:
+    Py_XDECREF(refs);
     PyMem_Free(buf);
     PyBuffer_Release(&img);
     PyBuffer_Release(&out);
