@@ -397,8 +397,13 @@ static Py_ssize_t
 rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out)
 {
     Py_ssize_t i = 0, o = 0;
+    /* url/parse.py's _split: a fragment goes; "\\" reads as "/" before the query */
+    const unsigned char *fragment = memchr(s, '#', (size_t)n);
+    if (fragment != NULL) n = fragment - s;
+    int in_query = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
-        if (s[j] < 0x21 || s[j] >= 0x7F || s[j] == '#' || s[j] == '\\') return -1;
+        if (s[j] < 0x21 || s[j] >= 0x7F || (in_query && s[j] == '\\')) return -1;
+        in_query |= s[j] == '?';
     }
     /* the scheme: one of the five, any case, then "://" (not a third "/") */
     Py_ssize_t colon = -1;
@@ -420,19 +425,19 @@ rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out)
         memcpy(out + o, "://", 3);
         o += 3;
         i = colon + 3;
-        if (i < n && s[i] == '/') return -1;
+        if (i < n && (s[i] == '/' || s[i] == '\\')) return -1;
     } else {
         /* scheme-less: only a plain host[/...] (a ':' before the path may be a port or a
            scheme the Python reader decides about) */
-        for (Py_ssize_t j = 0; j < n && s[j] != '/' && s[j] != '?'; j++) {
+        for (Py_ssize_t j = 0; j < n && s[j] != '/' && s[j] != '\\' && s[j] != '?'; j++) {
             if (s[j] == ':' || s[j] == '@') return -1;
         }
         memcpy(out, "http://", 7);
         o = 7;
     }
-    /* the authority: up to "/" or "?"; userinfo (up to the last "@") dropped */
+    /* the authority: up to "/", "\\" or "?"; userinfo (up to the last "@") dropped */
     Py_ssize_t a0 = i, a1 = i;
-    while (a1 < n && s[a1] != '/' && s[a1] != '?') a1++;
+    while (a1 < n && s[a1] != '/' && s[a1] != '\\' && s[a1] != '?') a1++;
     for (Py_ssize_t j = a0; j < a1; j++) {
         if (s[j] == '@') i = j + 1;
     }
@@ -474,7 +479,8 @@ rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out)
     /* the path: unescaped, dot segments and "/" runs collapsed, escaped again */
     Py_ssize_t q = a1;
     while (q < n && s[q] != '?') q++;
-    Py_ssize_t len = unescape_fully(s + a1, q - a1, out + o);
+    for (Py_ssize_t j = a1; j < q; j++) out[o + j - a1] = s[j] == '\\' ? '/' : s[j];
+    Py_ssize_t len = unescape_fully(out + o, q - a1, out + o); /* in place: w <= r */
     if (memchr(out + o, '?', (size_t)len) != NULL) return -1; /* "%3F": not a query */
     len = collapse_path_inplace(out + o, len);
     len = escape_inplace(out + o, len, REWRITE_CAP - o - 1);

@@ -210,6 +210,7 @@ _PATH_PIECES = [
     *("%2e", "%2E", "%2e%2e", "%252e", "%25252E", "%2F", "%2f", "%3F", "%3f", "%23", "%5C"),
     *("%25", "%", "%4", "%zz", "%41", "%61", "%20", "%7e", "%7F", "%C3%A9", "%00", "%ff"),
     *("%%32%65", "%2%35", "?", "&", "="),
+    *("#", "#frag", "#/../x", "#?q", "\\", "\\..\\", "\\.", "/\\", "%5c"),
 ]
 
 
@@ -222,6 +223,8 @@ def _evasion(draw: st.DrawFn) -> str:
     if not rest:
         scheme, rest = "http", url
     host, slash, tail = rest.partition("/")
+    if slash:  # a backslash ends the authority as "/" does
+        slash = draw(st.sampled_from(["/", "/", "\\"]))
     if slash and draw(st.booleans()):
         pieces = draw(st.lists(st.sampled_from(_PATH_PIECES), max_size=6))
         at = draw(st.integers(0, len(tail)))
@@ -251,6 +254,24 @@ def test_evasion_spellings_take_the_compiled_path_with_the_reference_verdict(
     for url, form in zip(urls, canonical, strict=True):
         if form is not None:
             assert form == parse_url(url).canonical, url
+
+
+@pytest.mark.usefixtures("compiled")
+def test_fragments_and_backslashes_take_the_compiled_path() -> None:
+    """The rewrite drops a fragment and reads "\\" as "/" before the query, as the reader
+    does; a backslash in the query, or after the scheme's "//", is the reference's."""
+    matcher = SnapshotMatcher.from_rules(rules_from(["evil.com/a/b"], 1))
+    taken = [
+        "http://Evil.com/a/b#x",
+        "evil.com\\a\\b",
+        "http://evil.com/a\\.\\b#/../c",
+        "evil.com#",
+    ]
+    left = ["http://EVIL.com/a?b\\c", "http://\\evil.com/a", "http://evil.com/a/b #x", "#x"]
+    forms: list[str | None] = [None] * (len(taken) + len(left))
+    ids = matcher.match_ids(taken + left, None, forms)
+    assert ids[: len(taken)] == [0, 0, 0, -1] and set(ids[len(taken) :]) == {-2}
+    assert forms[:3] == ["http://evil.com/a/b"] * 3 and forms[3] == "http://evil.com/"
 
 
 # -- a mask per URL (the policy engine: each client's pass list) ----------------------------
