@@ -1277,6 +1277,81 @@ squid_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * category without pieces, URLs no rule decides when `unknown` is true). Returns
  * (replies: bytes, holes: list[tuple[int, int]], blocked, allowed).
  */
+/* What squid_reply and filter_reply share: the image, scratch for match_url, the output
+   and the holes (lines left to the caller, each (line index, offset in the output)). */
+typedef struct {
+    Py_buffer img, mask;
+    image im;
+    unsigned char *buf, *rewritten;
+    growbuf out;
+    PyObject *holes;
+} line_batch;
+
+/* 1 with *b ready, or 0 with an error set (*b is then released). */
+static int
+line_batch_open(line_batch *b, PyObject *image_obj, PyObject *layout, PyObject *mask_obj)
+{
+    memset(b, 0, sizeof *b);
+    if (PyObject_GetBuffer(image_obj, &b->img, PyBUF_SIMPLE) < 0) return 0;
+    if (mask_obj != Py_None && PyObject_GetBuffer(mask_obj, &b->mask, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&b->img);
+        return 0;
+    }
+    int ok = image_open(&b->img, layout, &b->im);
+    b->im.mask = b->mask.obj ? b->mask.buf : NULL;
+    b->im.mask_len = b->mask.obj ? b->mask.len : 0;
+    if (ok) {
+        b->buf = PyMem_Malloc(2 * (MAX_URL + 16));
+        b->rewritten = b->buf == NULL ? NULL : b->buf + MAX_URL + 16;
+        b->holes = PyList_New(0);
+        if (b->buf == NULL && b->holes != NULL) PyErr_NoMemory();
+        ok = b->buf != NULL && b->holes != NULL;
+    }
+    return ok;
+}
+
+static void
+line_batch_close(line_batch *b)
+{
+    Py_CLEAR(b->holes);
+    PyMem_Free(b->out.p);
+    PyMem_Free(b->buf);
+    if (b->img.obj) PyBuffer_Release(&b->img);
+    if (b->mask.obj) PyBuffer_Release(&b->mask);
+}
+
+/* Line k of a list of bytes (its memory asked for PREFETCH lines ahead), or NULL with a
+   TypeError naming the caller. */
+static PyObject *
+line_batch_item(PyObject *lines, Py_ssize_t k, const char *caller)
+{
+    if (k + PREFETCH < PyList_GET_SIZE(lines)) prefetch_str(PyList_GET_ITEM(lines, k + PREFETCH));
+    PyObject *item = PyList_GET_ITEM(lines, k);
+    if (!PyBytes_Check(item)) {
+        PyErr_Format(PyExc_TypeError, "%s: lines[%zd] is %.100s, not bytes", caller, k,
+                     Py_TYPE(item)->tp_name);
+        return NULL;
+    }
+    return item;
+}
+
+static int
+line_batch_hole(line_batch *b, Py_ssize_t k)
+{
+    PyObject *hole = Py_BuildValue("(nn)", k, (Py_ssize_t)b->out.n);
+    if (hole == NULL) return -1;
+    int failed = PyList_Append(b->holes, hole);
+    Py_DECREF(hole);
+    return failed;
+}
+
+/* The output as bytes, or NULL with an error set. */
+static PyObject *
+line_batch_output(line_batch *b)
+{
+    return PyBytes_FromStringAndSize(b->out.p ? b->out.p : "", (Py_ssize_t)b->out.n);
+}
+
 static int
 put_quoted(growbuf *b, const unsigned char *s, Py_ssize_t n)
 {
@@ -1346,37 +1421,13 @@ squid_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    Py_buffer img, mask = {0};
-    if (PyObject_GetBuffer(args[3], &img, PyBUF_SIMPLE) < 0) return NULL;
-    if (mask_obj != Py_None && PyObject_GetBuffer(mask_obj, &mask, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&img);
-        return NULL;
-    }
-    PyObject *result = NULL, *holes = NULL;
-    unsigned char *buf = NULL;
-    growbuf out = {0};
-    image im;
-    if (!image_open(&img, layout, &im)) goto done;
-    im.mask = mask.obj ? mask.buf : NULL;
-    im.mask_len = mask.obj ? mask.len : 0;
-    buf = PyMem_Malloc(2 * (MAX_URL + 16));
-    holes = PyList_New(0);
-    if (buf == NULL || holes == NULL) {
-        if (buf == NULL) PyErr_NoMemory();
-        goto done;
-    }
-    unsigned char *rewritten = buf + MAX_URL + 16;
+    line_batch b;
+    PyObject *result = NULL;
+    if (!line_batch_open(&b, args[3], layout, mask_obj)) goto done;
     Py_ssize_t blocked = 0, allowed = 0;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(lines); k++) {
-        PyObject *item = PyList_GET_ITEM(lines, k);
-        if (k + PREFETCH < PyList_GET_SIZE(lines)) {
-            prefetch_str(PyList_GET_ITEM(lines, k + PREFETCH));
-        }
-        if (!PyBytes_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "squid_reply: lines[%zd] is %.100s, not bytes", k,
-                         Py_TYPE(item)->tp_name);
-            goto done;
-        }
+        PyObject *item = line_batch_item(lines, k, "squid_reply");
+        if (item == NULL) goto done;
         const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(item);
         Py_ssize_t n = PyBytes_GET_SIZE(item), u0, u1, len;
         while (n > 0 && s[n - 1] == '\r') n--; /* a CRLF line, as serve() strips it */
@@ -1384,12 +1435,12 @@ squid_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         const unsigned char *text;
         spans sp;
         if (scan_line(s, n, channels, escaped, &u0, &u1, &chan)) {
-            id = match_url(&im, s + u0, u1 - u0, buf, rewritten, &text, &len, &sp);
+            id = match_url(&b.im, s + u0, u1 - u0, b.buf, b.rewritten, &text, &len, &sp);
         }
         PyObject *entry = NULL;
         int allow = id == -1 && !unknown;
         if (id >= 0) {
-            const unsigned char *r = im.rules + 32 * (uint64_t)id;
+            const unsigned char *r = b.im.rules + 32 * (uint64_t)id;
             uint16_t category = rd16(r + 28), flags = rd16(r + 30);
             allow = (flags & F_ALLOW) != 0;
             if (!allow && category < n_cats && PyTuple_GET_ITEM(pieces, category) != Py_None) {
@@ -1397,40 +1448,32 @@ squid_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
         }
         if (allow) {
-            if (put_channel(&out, chan) < 0 || grow_put(&out, "ERR\n", 4) < 0) goto nomem;
+            if (put_channel(&b.out, chan) < 0 || grow_put(&b.out, "ERR\n", 4) < 0) goto nomem;
             allowed++;
         } else if (entry != NULL) {
-            if (put_channel(&out, chan) < 0) goto nomem;
+            if (put_channel(&b.out, chan) < 0) goto nomem;
             for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(entry); j++) {
                 PyObject *piece = PyTuple_GET_ITEM(entry, j);
-                if (j > 0 && put_quoted(&out, s + u0, u1 - u0) < 0) goto nomem;
-                if (grow_put(&out, PyUnicode_1BYTE_DATA(piece),
+                if (j > 0 && put_quoted(&b.out, s + u0, u1 - u0) < 0) goto nomem;
+                if (grow_put(&b.out, PyUnicode_1BYTE_DATA(piece),
                              (size_t)PyUnicode_GET_LENGTH(piece)) < 0) {
                     goto nomem;
                 }
             }
             blocked++;
         } else {
-            PyObject *hole = Py_BuildValue("(nn)", k, (Py_ssize_t)out.n);
-            if (hole == NULL) goto done;
-            int failed = PyList_Append(holes, hole);
-            Py_DECREF(hole);
-            if (failed < 0) goto done;
+            if (line_batch_hole(&b, k) < 0) goto done;
         }
     }
-    PyObject *bytes = PyBytes_FromStringAndSize(out.p ? out.p : "", (Py_ssize_t)out.n);
+    PyObject *bytes = line_batch_output(&b);
     if (bytes == NULL) goto done;
-    result = Py_BuildValue("(OOnn)", bytes, holes, blocked, allowed);
+    result = Py_BuildValue("(OOnn)", bytes, b.holes, blocked, allowed);
     Py_DECREF(bytes);
     goto done;
 nomem:
     PyErr_NoMemory();
 done:
-    Py_XDECREF(holes);
-    PyMem_Free(out.p);
-    PyMem_Free(buf);
-    PyBuffer_Release(&img);
-    if (mask.obj) PyBuffer_Release(&mask);
+    line_batch_close(&b);
     return result;
 }
 #endif /* URLSIEVE_XXHASH */
@@ -1474,37 +1517,13 @@ filter_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     long only = PyLong_AsLong(args[6]);
     if (only == -1 && PyErr_Occurred()) return NULL;
-    Py_buffer img, mask = {0};
-    if (PyObject_GetBuffer(args[1], &img, PyBUF_SIMPLE) < 0) return NULL;
-    if (mask_obj != Py_None && PyObject_GetBuffer(mask_obj, &mask, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&img);
-        return NULL;
-    }
-    PyObject *result = NULL, *holes = NULL;
-    unsigned char *buf = NULL;
-    growbuf out = {0};
-    image im;
-    if (!image_open(&img, layout, &im)) goto done;
-    im.mask = mask.obj ? mask.buf : NULL;
-    im.mask_len = mask.obj ? mask.len : 0;
-    buf = PyMem_Malloc(2 * (MAX_URL + 16));
-    holes = PyList_New(0);
-    if (buf == NULL || holes == NULL) {
-        if (buf == NULL) PyErr_NoMemory();
-        goto done;
-    }
-    unsigned char *rewritten = buf + MAX_URL + 16;
+    line_batch b;
+    PyObject *result = NULL;
+    if (!line_batch_open(&b, args[1], layout, mask_obj)) goto done;
     Py_ssize_t n_cats = PyTuple_GET_SIZE(names[0]), n_sources = PyTuple_GET_SIZE(names[1]);
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(lines); k++) {
-        PyObject *item = PyList_GET_ITEM(lines, k);
-        if (k + PREFETCH < PyList_GET_SIZE(lines)) {
-            prefetch_str(PyList_GET_ITEM(lines, k + PREFETCH));
-        }
-        if (!PyBytes_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "filter_reply: lines[%zd] is %.100s, not bytes", k,
-                         Py_TYPE(item)->tp_name);
-            goto done;
-        }
+        PyObject *item = line_batch_item(lines, k, "filter_reply");
+        if (item == NULL) goto done;
         const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(item);
         Py_ssize_t n = PyBytes_GET_SIZE(item), len;
         if (n > 0 && s[n - 1] == '\r') n--;
@@ -1512,12 +1531,12 @@ filter_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         for (Py_ssize_t j = 0; j < n && plain; j++) plain = s[j] >= 0x21 && s[j] <= 0x7e;
         const unsigned char *text;
         spans sp;
-        int64_t id = plain ? match_url(&im, s, n, buf, rewritten, &text, &len, &sp) : -2;
+        int64_t id = plain ? match_url(&b.im, s, n, b.buf, b.rewritten, &text, &len, &sp) : -2;
         PyObject *category = NULL, *source = NULL;
         uint32_t line = 0;
         int allow = 0;
         if (id >= 0) {
-            const unsigned char *r = im.rules + 32 * (uint64_t)id;
+            const unsigned char *r = b.im.rules + 32 * (uint64_t)id;
             uint32_t source_id = rd32(r + 20);
             uint16_t category_id = rd16(r + 28);
             line = rd32(r + 24);
@@ -1530,17 +1549,13 @@ filter_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
         }
         if (id == -2) {
-            PyObject *hole = Py_BuildValue("(nn)", k, (Py_ssize_t)out.n);
-            if (hole == NULL) goto done;
-            int failed = PyList_Append(holes, hole);
-            Py_DECREF(hole);
-            if (failed < 0) goto done;
+            if (line_batch_hole(&b, k) < 0) goto done;
             continue;
         }
         if (!(only & (id < 0 ? 4 : allow ? 2 : 1))) continue;
         int failed;
         if (id < 0) {
-            failed = grow_put(&out, "none\t-\t-\t", 9) < 0;
+            failed = grow_put(&b.out, "none\t-\t-\t", 9) < 0;
         } else { /* Rule.where: "-" without a source, "source" without a line */
             const char *where = PyBytes_AS_STRING(source);
             Py_ssize_t where_len = PyBytes_GET_SIZE(source);
@@ -1552,28 +1567,24 @@ filter_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             } else if (line) {
                 digits = snprintf(number, sizeof number, ":%u", (unsigned)line);
             }
-            failed = grow_put(&out, allow ? "allow\t" : "block\t", 6) < 0
-                     || grow_put(&out, PyBytes_AS_STRING(category),
+            failed = grow_put(&b.out, allow ? "allow\t" : "block\t", 6) < 0
+                     || grow_put(&b.out, PyBytes_AS_STRING(category),
                                  (size_t)PyBytes_GET_SIZE(category)) < 0
-                     || grow_put(&out, "\t", 1) < 0 || grow_put(&out, where, (size_t)where_len) < 0
-                     || grow_put(&out, number, (size_t)digits) < 0
-                     || grow_put(&out, "\t", 1) < 0;
+                     || grow_put(&b.out, "\t", 1) < 0 || grow_put(&b.out, where, (size_t)where_len) < 0
+                     || grow_put(&b.out, number, (size_t)digits) < 0
+                     || grow_put(&b.out, "\t", 1) < 0;
         }
-        if (failed || grow_put(&out, s, (size_t)n) < 0 || grow_put(&out, "\n", 1) < 0) {
+        if (failed || grow_put(&b.out, s, (size_t)n) < 0 || grow_put(&b.out, "\n", 1) < 0) {
             PyErr_NoMemory();
             goto done;
         }
     }
-    PyObject *bytes = PyBytes_FromStringAndSize(out.p ? out.p : "", (Py_ssize_t)out.n);
+    PyObject *bytes = line_batch_output(&b);
     if (bytes == NULL) goto done;
-    result = PyTuple_Pack(2, bytes, holes);
+    result = PyTuple_Pack(2, bytes, b.holes);
     Py_DECREF(bytes);
 done:
-    Py_XDECREF(holes);
-    PyMem_Free(out.p);
-    PyMem_Free(buf);
-    PyBuffer_Release(&img);
-    if (mask.obj) PyBuffer_Release(&mask);
+    line_batch_close(&b);
     return result;
 }
 #endif /* URLSIEVE_XXHASH */
