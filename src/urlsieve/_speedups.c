@@ -1743,6 +1743,125 @@ quote_all(PyObject *module, PyObject *arg)
     return out;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * snapshot_verdicts: SnapshotMatcher.check_many's verdict list in one call (its Python
+ * loop is the reference, which the tests hold this equal to). Per URL k: ids[k] is a
+ * rule id, -1 (no rule) or the InvalidURL its parse raised (raised here, the first in
+ * order); the verdict is verdict_type(rule[action_at], rule, forms[k]) with the rule from
+ * the `rules` cache (a dict id -> Rule), or (none, None, forms[k]). A rule id not in the
+ * cache gets None in the list and its position in `missing`, for the caller to fill.
+ * Returns (verdicts, missing).
+ */
+/* Whether a tuple holds no object the collector tracks but tuples of such objects (a
+   verdict: two strings and a rule of strings, numbers and None), looked into one level. */
+static int
+atomic_items(PyObject *tuple)
+{
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(tuple); j++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, j);
+        if (!PyObject_IS_GC(item)) continue;
+        if (!PyTuple_Check(item)) return 0;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(item); i++) {
+            if (PyObject_IS_GC(PyTuple_GET_ITEM(item, i))) return 0;
+        }
+    }
+    return 1;
+}
+
+static PyObject *
+snapshot_verdicts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "snapshot_verdicts(ids, forms, rules, verdict_type, "
+                                         "none, action_at) takes 6 arguments");
+        return NULL;
+    }
+    PyObject *ids = args[0], *forms = args[1], *rules = args[2], *none = args[4];
+    PyTypeObject *type = (PyTypeObject *)args[3];
+    if (!PyList_Check(ids) || !PyList_Check(forms) || !PyDict_Check(rules)
+        || PyList_GET_SIZE(ids) != PyList_GET_SIZE(forms) || !PyType_Check(args[3])
+        || !PyType_IsSubtype(type, &PyTuple_Type) || type->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "snapshot_verdicts: ids and forms are lists as long as "
+                                         "each other, rules a dict, verdict_type a tuple type "
+                                         "without fields of its own");
+        return NULL;
+    }
+    Py_ssize_t action_at = PyLong_AsSsize_t(args[5]);
+    if (action_at == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(ids);
+    PyObject *out = PyList_New(n), *missing = PyList_New(0);
+    if (out == NULL || missing == NULL) goto fail;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        /* Python code may run below (a dict lookup, an allocation's GC pass): re-check. */
+        if (k >= PyList_GET_SIZE(ids) || k >= PyList_GET_SIZE(forms)) {
+            PyErr_SetString(PyExc_RuntimeError, "snapshot_verdicts: a list changed size");
+            goto fail;
+        }
+        PyObject *item = PyList_GET_ITEM(ids, k), *form = PyList_GET_ITEM(forms, k);
+        if (!PyLong_CheckExact(item)) {
+            if (PyExceptionInstance_Check(item)) { /* `raise rule_id`, as the reference */
+                PyErr_SetObject((PyObject *)Py_TYPE(item), item);
+            } else {
+                PyErr_Format(PyExc_TypeError, "snapshot_verdicts: ids[%zd] is %.100s", k,
+                             Py_TYPE(item)->tp_name);
+            }
+            goto fail;
+        }
+        long long id = PyLong_AsLongLong(item);
+        if (id == -1 && PyErr_Occurred()) goto fail;
+        PyObject *action = none, *rule = Py_None;
+        if (id >= 0) {
+            /* int keys only: the lookup runs no Python code, so item and form stay valid */
+            rule = PyDict_GetItemWithError(rules, item); /* borrowed */
+            if (rule == NULL) {
+                if (PyErr_Occurred()) goto fail;
+                PyObject *at = PyLong_FromSsize_t(k);
+                if (at == NULL || PyList_Append(missing, at) < 0) {
+                    Py_XDECREF(at);
+                    goto fail;
+                }
+                Py_DECREF(at);
+                PyList_SET_ITEM(out, k, Py_NewRef(Py_None));
+                continue;
+            }
+            if (!PyTuple_Check(rule) || action_at < 0 || action_at >= PyTuple_GET_SIZE(rule)) {
+                PyErr_SetString(PyExc_TypeError, "snapshot_verdicts: a cached rule is not a "
+                                                 "tuple with an action at action_at");
+                goto fail;
+            }
+            action = PyTuple_GET_ITEM(rule, action_at);
+        }
+        Py_INCREF(action);
+        Py_INCREF(rule);
+        Py_INCREF(form);
+        PyObject *verdict = type->tp_alloc(type, 3); /* as tuple.__new__(type, ...) does */
+        if (verdict == NULL) {
+            Py_DECREF(action);
+            Py_DECREF(rule);
+            Py_DECREF(form);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(verdict, 0, action);
+        PyTuple_SET_ITEM(verdict, 1, rule);
+        PyTuple_SET_ITEM(verdict, 2, form);
+        if (atomic_items(verdict)) {
+            /* It can be in no reference cycle: what CPython does for such a tuple, here for
+               the subclass it skips, so that the collector is not run over every verdict. */
+            PyObject_GC_UnTrack(verdict);
+        }
+        PyList_SET_ITEM(out, k, verdict);
+    }
+    PyObject *result = PyTuple_Pack(2, out, missing);
+    Py_DECREF(out);
+    Py_DECREF(missing);
+    return result;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(missing);
+    return NULL;
+}
+
 #ifdef URLSIEVE_XXHASH
 /* ---------------------------------------------------------------------------------------
  * compile_lines: plain list lines straight into the snapshot builder's arrays.
@@ -2041,6 +2160,11 @@ static PyMethodDef methods[] = {
     {"table_place", (PyCFunction)(void (*)(void))table_place, METH_FASTCALL,
      "table_place(keys, values, table) -> None\n\n"
      "Fill table (2 * slots uint64) with the (key, value) pairs, linear probing in rounds."},
+    {"snapshot_verdicts", (PyCFunction)(void (*)(void))snapshot_verdicts, METH_FASTCALL,
+     "snapshot_verdicts(ids, forms, rules, verdict_type, none, action_at)\n"
+     "-> tuple[list, list[int]]\n\n"
+     "check_many's verdicts from rule ids, canonical forms and the rule cache; the\n"
+     "positions of ids missing from the cache are returned for the caller to fill."},
     {"quote_all", (PyCFunction)quote_all, METH_O,
      "quote_all(text) -> str | None\n\n"
      "ASCII text percent-encoded but A-Z a-z 0-9 _ . - ~ (None for non-ASCII text)."},

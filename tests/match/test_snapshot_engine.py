@@ -4,6 +4,7 @@ per request, and the C entry point's refusal of misuse."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from tests.gateway import rulegen
 from tests.needs import missing
 from urlsieve import Filter, InvalidURL, parse_url
 from urlsieve._accel import speedups
-from urlsieve.match import HashMatcher
+from urlsieve.match import HashMatcher, Verdict
 from urlsieve.match.snapshot import SnapshotBuilder, SnapshotMatcher
 from urlsieve.rules.model import ALLOW, BLOCK, Rule, RuleSyntaxError, parse_rule
 
@@ -329,3 +330,83 @@ def test_mask_rows_are_checked_by_the_compiled_entry_point() -> None:
         fn(view, layout, urls, masks, out, None, np.array([0, 0], dtype=np.int64), -1)
     with pytest.raises(TypeError):
         fn(view, layout, urls, masks, out, None, np.array([0, 0], dtype=np.int64))
+
+
+# -- check_many's verdicts built in C (snapshot_verdicts; reference: its Python loop) ------
+
+
+def _python_check_many(
+    monkeypatch: pytest.MonkeyPatch, matcher: SnapshotMatcher, urls: list[Any]
+) -> list[Verdict] | InvalidURL:
+    import urlsieve.match.snapshot as snapshot_module
+
+    with monkeypatch.context() as patched:
+        patched.setattr(snapshot_module, "_verdicts", None)
+        try:
+            return matcher.check_many(urls)
+        except InvalidURL as exc:
+            return exc
+
+
+@pytest.mark.usefixtures("compiled")
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    patterns=st.lists(st.sampled_from(rulegen.random_rules(300, 4)), min_size=1, max_size=40),
+    urls=st.lists(url_text, max_size=30),
+    seed=st.integers(0, 1000),
+    cached=st.booleans(),
+)
+def test_check_many_verdicts_equal_the_python_loop(
+    monkeypatch: pytest.MonkeyPatch, patterns: list[str], urls: list[str], seed: int, cached: bool
+) -> None:
+    """The same verdicts (or the same first InvalidURL), whether the rules are in the cache
+    or built for the missing positions; no verdict made in C is left to the collector."""
+    if not hasattr(speedups, "snapshot_verdicts"):
+        missing("urlsieve._speedups was not built: no compiled verdicts")
+    import gc
+
+    matcher = SnapshotMatcher.from_rules(rules_from(patterns, seed))
+    want = _python_check_many(monkeypatch, matcher, urls)
+    if not cached:
+        matcher._rule_cache.clear()
+    try:
+        got: list[Verdict] | InvalidURL = matcher.check_many(urls)
+    except InvalidURL as exc:
+        got = exc
+    if isinstance(want, InvalidURL):
+        assert isinstance(got, InvalidURL) and str(got) == str(want)
+        return
+    assert got == want
+    assert all(type(v) is Verdict for v in got)  # type: ignore[union-attr]
+    if cached:  # (those of rules built for missing positions are Python's own tuples)
+        assert not any(gc.is_tracked(v) for v in got)  # type: ignore[union-attr]
+
+
+def test_compiled_verdicts_refuse_misuse() -> None:
+    fn = getattr(speedups, "snapshot_verdicts", None)
+    if fn is None:
+        missing("urlsieve._speedups was not built: no compiled verdicts")
+    rule = parse_rule("evil.com", BLOCK, "c")
+    ok = fn([0, -1], ["a", "b"], {0: rule}, Verdict, "none", 1)
+    assert ok == ([Verdict("block", rule, "a"), Verdict("none", None, "b")], [])
+    assert fn([5], ["a"], {}, Verdict, "none", 1) == ([None], [0])
+    with pytest.raises(InvalidURL):
+        fn([InvalidURL("empty host", "x")], ["a"], {}, Verdict, "none", 1)
+    for args in [
+        ([0], ["a", "b"], {}, Verdict, "none", 1),  # lengths differ
+        ((0,), ["a"], {}, Verdict, "none", 1),
+        ([0], ["a"], [], Verdict, "none", 1),
+        ([0], ["a"], {}, dict, "none", 1),
+        (["0"], ["a"], {}, Verdict, "none", 1),
+        ([0], ["a"], {0: "not a rule"}, Verdict, "none", 1),
+        ([0], ["a"], {0: rule}, Verdict, "none", 99),
+    ]:
+        with pytest.raises(TypeError):
+            fn(*args)
+    with pytest.raises(TypeError):
+        fn([0], ["a"], {}, Verdict, "none")
+    # A verdict holding a mutable object stays tracked (it could be in a cycle).
+    import gc
+
+    (odd,), _ = fn([0], [["a list"]], {0: rule}, Verdict, "none", 1)
+    assert gc.is_tracked(odd)

@@ -129,6 +129,9 @@ _hash = xxhash.xxh3_64_intdigest
 # The compiled batch lookup and list reader (absent when the extension was built
 # without xxhash.h), and the table layout.
 _match = getattr(speedups, "snapshot_match", None)
+# check_many's verdict list (reference: its Python loop).
+_verdicts = getattr(speedups, "snapshot_verdicts", None)
+_ACTION_AT = Rule._fields.index("action")
 _compile_lines = getattr(speedups, "compile_lines", None)
 _table_place = getattr(speedups, "table_place", None)
 #: Lines read per call of the compiled list reader (a progress report each).
@@ -1120,11 +1123,19 @@ class SnapshotMatcher:
         """Per URL the deciding rule's id, -1 for none, or its :class:`InvalidURL`: the
         compiled call, then the Python path for what it left (-2). With ``forms`` (a list as
         long as ``urls``), the canonical forms are stored in it (``None``: invalid)."""
-        texts = [u if type(u) is str else "" for u in urls]
-        out: list[int | InvalidURL] = list(self.match_ids(texts, mask, forms))
-        for at, rule_id in enumerate(out):
-            if rule_id != -2:
-                continue
+        out: list[int | InvalidURL]
+        if _match is None:
+            out, left = [-2] * len(urls), list(range(len(urls)))
+        else:
+            ids = np.empty(len(urls), dtype=np.int64)
+            batch = urls if type(urls) is list else list(urls)
+            try:
+                _match(self._view, self._layout, batch, mask, ids, forms)
+            except TypeError:  # not every URL a str: the others are parsed below
+                texts = [u if type(u) is str else "" for u in urls]
+                _match(self._view, self._layout, texts, mask, ids, forms)
+            out, left = ids.tolist(), np.flatnonzero(ids == -2).tolist()
+        for at in left:
             url = urls[at]  # off the fast path (or not a str): parsed here
             try:
                 parts = url if isinstance(url, URL) else parse_url(url)
@@ -1214,6 +1225,15 @@ class SnapshotMatcher:
         cache = self._rule_cache
         rule_of = self.rule
         make = tuple.__new__
+        if _verdicts is not None:  # compiled: the loop below is its reference
+            found: tuple[list[Verdict], list[int]] = _verdicts(
+                ids, forms, cache, Verdict, NONE, _ACTION_AT
+            )
+            verdicts, missing = found
+            for at in missing:  # rules not in the cache yet: built once each
+                rule = rule_of(ids[at])  # type: ignore[arg-type]
+                verdicts[at] = make(Verdict, (rule.action, rule, forms[at]))
+            return verdicts
         out: list[Verdict] = []
         append = out.append
         for rule_id, canonical in zip(ids, forms, strict=True):
