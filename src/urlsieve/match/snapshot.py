@@ -60,7 +60,7 @@ from array import array
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import xxhash
@@ -1124,6 +1124,7 @@ class SnapshotMatcher:
         compiled call, then the Python path for what it left (-2). With ``forms`` (a list as
         long as ``urls``), the canonical forms are stored in it (``None``: invalid)."""
         out: list[int | InvalidURL]
+        left: list[int]
         if _match is None:
             out, left = [-2] * len(urls), list(range(len(urls)))
         else:
@@ -1134,7 +1135,8 @@ class SnapshotMatcher:
             except TypeError:  # not every URL a str: the others are parsed below
                 texts = [u if type(u) is str else "" for u in urls]
                 _match(self._view, self._layout, texts, mask, ids, forms)
-            out, left = ids.tolist(), np.flatnonzero(ids == -2).tolist()
+            out = cast("list[int | InvalidURL]", ids.tolist())  # InvalidURLs go in below
+            left = np.flatnonzero(ids == -2).tolist()
         for at in left:
             url = urls[at]  # off the fast path (or not a str): parsed here
             try:
