@@ -36,6 +36,8 @@
 /* How many items ahead a batch loop asks for the memory of (a list's strings are
    scattered over the heap: each is a cache miss the loop would otherwise wait for). */
 #define PREFETCH 32
+/* URLs canonical_hashes reads with the GIL, then hashes without it, at a time. */
+#define HASH_RUN 256
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH_READ(p) __builtin_prefetch((const void *)(p), 0, 1)
 #else
@@ -1638,54 +1640,56 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *url = PyList_GET_ITEM(refs, k);
-        if (k + PREFETCH < n) prefetch_str(PyList_GET_ITEM(refs, k + PREFETCH));
-        if (PyUnicode_Check(url) && PyUnicode_IS_ASCII(url)
-            && PyUnicode_GET_LENGTH(url) <= MAX_URL) {
-            data[k] = PyUnicode_1BYTE_DATA(url);
-            lens[k] = PyUnicode_GET_LENGTH(url);
-        } else {
-            data[k] = NULL;
-            lens[k] = -1;
-        }
-    }
     uint64_t *o = out.buf;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t k = 0; k < n; k++) {
-        spans sp;
-        flags[k] = 0;
-        if (k + PREFETCH < n && data[k + PREFETCH] != NULL) {
-            PREFETCH_READ(data[k + PREFETCH] + 64);
+    /* In runs of HASH_RUN URLs: their objects read with the GIL, then their text hashed
+       without it while it is still in cache. */
+    for (Py_ssize_t run = 0; run < n; run += HASH_RUN) {
+        Py_ssize_t end = run + HASH_RUN < n ? run + HASH_RUN : n;
+        for (Py_ssize_t k = run; k < end; k++) {
+            PyObject *url = PyList_GET_ITEM(refs, k);
+            if (k + PREFETCH < n) prefetch_str(PyList_GET_ITEM(refs, k + PREFETCH));
+            if (PyUnicode_Check(url) && PyUnicode_IS_ASCII(url)
+                && PyUnicode_GET_LENGTH(url) <= MAX_URL) {
+                data[k] = PyUnicode_1BYTE_DATA(url);
+                lens[k] = PyUnicode_GET_LENGTH(url);
+            } else {
+                data[k] = NULL;
+                lens[k] = -1;
+            }
         }
-        const unsigned char *s;
-        Py_ssize_t len;
-        if (data[k] == NULL
-            || !scan_or_rewrite(data[k], lens[k], allow_query, rewritten, &s, &len, &sp)) {
-            continue;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t k = run; k < end; k++) {
+            spans sp;
+            flags[k] = 0;
+            const unsigned char *s;
+            Py_ssize_t len;
+            if (data[k] == NULL
+                || !scan_or_rewrite(data[k], lens[k], allow_query, rewritten, &s, &len, &sp)) {
+                continue;
+            }
+            flags[k] = 1;
+            const unsigned char *text = s;
+            size_t tlen = (size_t)len;
+            if (!sp.has_scheme || !sp.has_path) { /* the canonical form adds http:// or "/" */
+                Py_ssize_t prefix = sp.has_scheme ? 0 : 7, slash = sp.has_path ? 0 : 1;
+                if (prefix) memcpy(buf, "http://", 7);
+                memcpy(buf + prefix, s, (size_t)sp.host_end);
+                if (slash) buf[prefix + sp.host_end] = '/';
+                memcpy(buf + prefix + sp.host_end + slash, s + sp.host_end,
+                       (size_t)(len - sp.host_end));
+                text = buf;
+                tlen = (size_t)(len + prefix + slash);
+            }
+            if (bits == 64) {
+                o[k] = XXH3_64bits(text, tlen);
+            } else {
+                XXH128_hash_t h = XXH3_128bits(text, tlen);
+                o[2 * k] = h.high64;
+                o[2 * k + 1] = h.low64;
+            }
         }
-        flags[k] = 1;
-        const unsigned char *text = s;
-        size_t tlen = (size_t)len;
-        if (!sp.has_scheme || !sp.has_path) { /* the canonical form adds http:// or a "/" */
-            Py_ssize_t prefix = sp.has_scheme ? 0 : 7, slash = sp.has_path ? 0 : 1;
-            if (prefix) memcpy(buf, "http://", 7);
-            memcpy(buf + prefix, s, (size_t)sp.host_end);
-            if (slash) buf[prefix + sp.host_end] = '/';
-            memcpy(buf + prefix + sp.host_end + slash, s + sp.host_end,
-                   (size_t)(len - sp.host_end));
-            text = buf;
-            tlen = (size_t)(len + prefix + slash);
-        }
-        if (bits == 64) {
-            o[k] = XXH3_64bits(text, tlen);
-        } else {
-            XXH128_hash_t h = XXH3_128bits(text, tlen);
-            o[2 * k] = h.high64;
-            o[2 * k + 1] = h.low64;
-        }
+        Py_END_ALLOW_THREADS
     }
-    Py_END_ALLOW_THREADS
     result = PyList_New(0);
     if (result == NULL) goto done;
     for (Py_ssize_t k = 0; k < n; k++) {
