@@ -177,7 +177,25 @@ def helpers(args: argparse.Namespace, workdir: Path) -> tuple[str, list[dict[str
     plot = ""
     if points:
         plot = plot_categories(points)
-    return table(header, rows) + plot, [one_point, *points]
+    goals = [f"one category ≥ 3× ({_ratio(one_point)}: {verdict(_over(one_point, 3))})"]
+    if points and not args.quick:
+        every = points[-1]
+        goals.append(
+            f"all {every['categories']:.0f} UT1 categories ≥ 30× ({_ratio(every)}: "
+            f"{verdict(_over(every, 30))})"
+        )
+    return table(header, rows) + plot + "\n\nGoals: " + "; ".join(goals) + ".", [
+        one_point,
+        *points,
+    ]
+
+
+def _ratio(point: dict[str, float]) -> str:
+    return f"{point['ours'] / point['sg']:.2f}×"
+
+
+def _over(point: dict[str, float], goal: float) -> bool:
+    return point["ours"] / point["sg"] >= goal
 
 
 def plot_categories(points: list[dict[str, float]]) -> str:
@@ -239,6 +257,7 @@ def lookups(args: argparse.Namespace) -> str:
     sizes = [10_000, 100_000, 1_000_000] if args.quick else [10_000, 100_000, 1_000_000, 5_000_000]
     traffic, _ = common.traffic_urls()
     rows = []
+    at_1m: tuple[float, float] | None = None
     for n in sizes:
         rules = patent_rules(n)
         start = time.perf_counter()
@@ -253,7 +272,17 @@ def lookups(args: argparse.Namespace) -> str:
             cells.append(f"{_per_url(flt.check_many, ok, args.repeats):.2f}")
             cells.append(f"{_per_url(flt.match_many, batch, args.repeats):.2f}")
         rows.append(cells)
+        if n == 1_000_000:
+            at_1m = (float(str(cells[2])), float(str(cells[4])))
         flt.close()
+    goals = ""
+    if at_1m is not None:
+        on_canonical, on_raw = at_1m
+        goals = (
+            f"\n\nGoals at 1M rules: `check_many` on canonical requests ≤ 0.6 µs a URL "
+            f"({on_canonical:.2f}: {verdict(on_canonical <= 0.6)}), on raw traffic ≤ 1 µs "
+            f"({on_raw:.2f}: {verdict(on_raw <= 1)})."
+        )
     header = [
         "rules",
         "compiled in memory",
@@ -262,7 +291,7 @@ def lookups(args: argparse.Namespace) -> str:
         "check_many, raw",
         "match_many, raw",
     ]
-    return table(header, rows)
+    return table(header, rows) + goals
 
 
 def _valid(url: str) -> bool:
@@ -285,6 +314,8 @@ def _per_url(fn: Callable[[list[str]], object], batch: list[str], repeats: int) 
 def compile_rows(args: argparse.Namespace, workdir: Path) -> str:
     sizes = [100_000, 1_000_000] if args.quick else [1_000_000, 5_000_000]
     rows = []
+    goals: list[str] = []
+    per_rule: list[float] = []
     for n in sizes:
         text = workdir / f"rules-{n}.txt"
         with text.open("w") as fh:
@@ -312,10 +343,21 @@ def compile_rows(args: argparse.Namespace, workdir: Path) -> str:
         rows.append(
             [f"{rules:,}", f"{seconds:.1f} s", peak, f"{size / rules:.0f}", f"{load_ms:.0f} ms"]
         )
+        limits = {1_000_000: (3, 400), 5_000_000: (15, 2048)}.get(n)
+        if limits is not None:
+            mb = int(report.read_text().split()[-1]) / 1024 if TIME else float("nan")
+            goals.append(
+                f"{n:,} rules ≤ {limits[0]} s and ≤ {limits[1]:,} MB ({seconds:.1f} s, "
+                f"{mb:,.0f} MB: {verdict(seconds <= limits[0] and mb <= limits[1])})"
+            )
+        per_rule.append(size / rules)
         text.unlink()
         out.unlink()
     header = ["rules", "compile (process)", "peak RSS", "bytes/rule", "Filter.load"]
-    return table(header, rows)
+    goals.append(
+        f"≤ 100 bytes a rule on disk ({max(per_rule):.0f}: {verdict(max(per_rule) <= 100)})"
+    )
+    return table(header, rows) + "\n\nGoals: " + "; ".join(goals) + "."
 
 
 def main(argv: list[str] | None = None) -> int:
