@@ -313,6 +313,60 @@ def end_to_end_rows(adds: list[str], misses: list[str], tmp: str, single: int) -
     return rows
 
 
+def strings_section(adds: list[str], tmp: str, repeats: int = 3) -> str:
+    """Issue 10's comparison: ``add_many`` of a list of str (ours: canonicalised, persistent,
+    shared) against ``rbloom.Bloom.update`` of the same list, on canonical URLs and on the
+    raw ones; ``exact:`` ``add_many`` too. Each store is new per run (adds change it), the
+    runs interleaved; the best of ``repeats`` (the machine is shared: noise only adds)."""
+    try:
+        import rbloom
+    except ImportError:
+        return "(rbloom not installed: `pip install -e '.[bench]'`)"
+    n = len(adds)
+    canonical = [canonicalize(u) for u in adds]
+    rows = []
+    ratios: dict[str, float] = {}
+    exact_ns = float("nan")
+    for label, urls in (("canonical", canonical), ("raw", adds)):
+        ours, theirs, exact = [], [], []
+        for run in range(repeats):
+            store = open_seen(f"bloom:{tmp}/s-{label}-{run}.bloom?capacity={n}&error={ERROR}")
+            ours.append(timed(lambda s=store, u=urls: [s.add_many(c) for c in chunks(u)]))
+            store.close()
+            bf = rbloom.Bloom(n, ERROR)
+            theirs.append(timed(lambda b=bf, u=urls: [b.update(c) for c in chunks(u)]))
+            store = open_seen(f"exact:{tmp}/s-{label}-{run}.exact")
+            exact.append(timed(lambda s=store, u=urls: [s.add_many(c) for c in chunks(u)]))
+            store.close()
+        best = min(ours) / n * 1e9, min(theirs) / n * 1e9, min(exact) / n * 1e9
+        ratios[label] = best[0] / best[1]
+        if label == "canonical":
+            exact_ns = best[2]
+        rows.append(
+            [
+                label,
+                f"{best[0]:,.0f}",
+                f"{best[1]:,.0f}",
+                f"**{ratios[label]:.2f}×**",
+                f"{best[2]:,.0f}",
+            ]
+        )
+    header = [
+        "URLs (list of str, batches of 10,000)",
+        "bloom add_many ns/URL",
+        "rbloom update ns/URL",
+        "ratio",
+        "exact add_many ns/URL",
+    ]
+    goals = (
+        f"Goals: canonical no slower than rbloom ({ratios['canonical']:.2f}×: "
+        f"{verdict(ratios['canonical'] <= 1)}); raw ≤ 1.5× rbloom ({ratios['raw']:.2f}×: "
+        f"{verdict(ratios['raw'] <= 1.5)}); exact add ≤ 150 ns ({exact_ns:,.0f}: "
+        f"{verdict(exact_ns <= 150)})."
+    )
+    return table(header, rows) + "\n\n" + goals
+
+
 def verdicts(core: list[Row]) -> str:
     """The issue's goals, checked against this run's table 1."""
     by = {
@@ -497,6 +551,7 @@ def main() -> None:
         "shared by processes",
     ]
     with tempfile.TemporaryDirectory(prefix="urlsieve-bench-") as tmp:
+        strings = strings_section(adds, tmp)
         core = core_rows(adds, misses, tmp, args.single)
         e2e = end_to_end_rows(adds, misses, tmp, args.single)
     e2e_header = [h if h != "shared by processes" else "multi-process safe" for h in header]
@@ -531,6 +586,15 @@ Goals (ratios are ours / theirs, from this table):
 Includes canonicalisation. One-at-a-time rows use the first {args.single:,} URLs.
 
 {table(e2e_header, [r.cells() for r in e2e])}
+
+### `add_many` of a list of str against `rbloom.Bloom.update` (issue 10)
+
+The same {len(adds):,} URLs as Python strings, canonical or raw, in batches of {BATCH:,}: ours
+canonicalise each (the compiled fast path, Python for the rest), fingerprint it and set the
+bits in the shared file; rbloom hashes the string with Python's salted hash into memory.
+Best of 3 interleaved runs, a new store each.
+
+{strings}
 """
     print(body)
     if args.write:
