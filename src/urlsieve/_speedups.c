@@ -2127,6 +2127,120 @@ done:
     return result;
 }
 
+#ifdef URLSIEVE_XXHASH
+/* ---------------------------------------------------------------------------------------
+ * snapshot_rules: the Rule objects of rule ids, read from the image in one call
+ * (urlsieve/match/snapshot.py; SnapshotMatcher.rule is the reference, which the tests
+ * hold this equal to). A rule whose strings are not all ASCII, or whose record points
+ * outside the image or its name tables, gets None: the caller builds it (or raises) the
+ * reference's way. categories and sources: the image's str tables; allow, block: the
+ * action strings; rule_type: Rule (a tuple type of 12 fields, filled in its order).
+ */
+static PyObject *
+ascii_str(const unsigned char *s, uint64_t n)
+{
+    PyObject *out = PyUnicode_New((Py_ssize_t)n, 127);
+    if (out != NULL) memcpy(PyUnicode_1BYTE_DATA(out), s, (size_t)n);
+    return out;
+}
+
+static PyObject *
+snapshot_rules(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "snapshot_rules(image, layout, ids, categories, "
+                                         "sources, rule_type, allow, block) takes 8 arguments");
+        return NULL;
+    }
+    PyObject *ids = args[2], *categories = args[3], *sources = args[4];
+    PyTypeObject *type = (PyTypeObject *)args[5];
+    if (!PyList_Check(ids) || !PyTuple_Check(categories) || !PyTuple_Check(sources)
+        || !PyType_Check(args[5]) || !PyType_IsSubtype(type, &PyTuple_Type)
+        || type->tp_basicsize != PyTuple_Type.tp_basicsize || !PyUnicode_Check(args[6])
+        || !PyUnicode_Check(args[7])) {
+        PyErr_SetString(PyExc_TypeError, "snapshot_rules: ids a list, categories and sources "
+                                         "tuples, rule_type a tuple type, allow and block str");
+        return NULL;
+    }
+    Py_buffer img;
+    if (PyObject_GetBuffer(args[0], &img, PyBUF_SIMPLE) < 0) return NULL;
+    image im;
+    PyObject *out = NULL;
+    if (!image_open(&img, args[1], &im)) goto done;
+    Py_ssize_t n = PyList_GET_SIZE(ids);
+    out = PyList_New(n);
+    if (out == NULL) goto done;
+    for (Py_ssize_t k = 0; k < n; k++) PyList_SET_ITEM(out, k, Py_NewRef(Py_None));
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (k >= PyList_GET_SIZE(ids)) break; /* an id's __index__ changed the list */
+        long long id = PyLong_AsLongLong(PyList_GET_ITEM(ids, k));
+        if (id == -1 && PyErr_Occurred()) goto fail;
+        if (id < 0 || (uint64_t)id >= im.n_rules) continue;
+        const unsigned char *r = im.rules + 32 * (uint64_t)id;
+        uint64_t off = rd32(r), n_pat = rd32(r + 4), n_host = rd32(r + 8), n_path = rd32(r + 12);
+        int32_t n_query = (int32_t)rd32(r + 16);
+        uint32_t source_id = rd32(r + 20), line = rd32(r + 24);
+        uint16_t category_id = rd16(r + 28), flags = rd16(r + 30);
+        uint64_t total = n_pat + n_host + n_path + (n_query > 0 ? (uint64_t)n_query : 0);
+        if (off > im.strings_len || total > im.strings_len - off
+            || category_id >= PyTuple_GET_SIZE(categories)
+            || source_id >= (uint64_t)PyTuple_GET_SIZE(sources)) {
+            continue;
+        }
+        const unsigned char *st = im.strings + off;
+        int ascii = 1;
+        for (uint64_t j = 0; j < total && ascii; j++) ascii = st[j] < 0x80;
+        if (!ascii) continue;
+        const unsigned char *host = st + n_pat, *path = host + n_host, *query = path + n_path;
+        PyObject *f[12] = {NULL};
+        if (flags & F_PATTERN_HOST) {
+            f[0] = ascii_str(host, n_host);
+        } else if (flags & F_PATTERN_HOST_PATH) {
+            f[0] = ascii_str(host, n_host + n_path);
+        } else {
+            f[0] = ascii_str(st, n_pat);
+        }
+        int allow = flags & F_ALLOW, exact = (flags & F_EXACT_HOST) != 0;
+        int anchored = (flags & F_ANCHORED) != 0;
+        PyObject *source = PyTuple_GET_ITEM(sources, source_id);
+        uint64_t path_len = n_query < 0 ? n_path : n_path + (uint64_t)n_query + 1;
+        if (path_len > 0x1FFFF) path_len = 0x1FFFF;
+        f[1] = Py_NewRef(allow ? args[6] : args[7]);
+        f[2] = Py_NewRef(PyTuple_GET_ITEM(categories, category_id));
+        f[3] = ascii_str(host, n_host);
+        f[4] = ascii_str(path, n_path);
+        f[5] = n_query < 0 ? Py_NewRef(Py_None) : ascii_str(query, (uint64_t)n_query);
+        f[6] = PyBool_FromLong(exact);
+        f[7] = PyBool_FromLong(anchored);
+        f[8] = PyBool_FromLong((flags & F_IP) != 0);
+        f[9] = Py_NewRef(PyUnicode_Check(source) && PyUnicode_GET_LENGTH(source) ? source
+                                                                                  : Py_None);
+        f[10] = line ? PyLong_FromUnsignedLong(line) : Py_NewRef(Py_None);
+        /* urlsieve.rules.model.rank_of */
+        f[11] = PyLong_FromUnsignedLongLong(n_host << 20 | path_len << 3
+                                            | (uint64_t)anchored << 2 | (uint64_t)exact << 1
+                                            | (uint64_t)allow);
+        PyObject *rule = NULL;
+        int complete = 1;
+        for (int j = 0; j < 12; j++) complete &= f[j] != NULL;
+        if (complete) rule = type->tp_alloc(type, 12); /* as tuple.__new__(Rule, ...) */
+        if (rule == NULL) {
+            for (int j = 0; j < 12; j++) Py_XDECREF(f[j]);
+            goto fail;
+        }
+        for (int j = 0; j < 12; j++) PyTuple_SET_ITEM(rule, j, f[j]);
+        PyList_SetItem(out, k, rule); /* drops the None */
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    PyBuffer_Release(&img);
+    return out;
+}
+#endif /* URLSIEVE_XXHASH */
+
 static PyMethodDef methods[] = {
     {"fast_canonical", (PyCFunction)(void (*)(void))fast_canonical, METH_FASTCALL,
      "fast_canonical(url, allow_query) -> str | None\n\n"
@@ -2164,6 +2278,12 @@ static PyMethodDef methods[] = {
     {"table_place", (PyCFunction)(void (*)(void))table_place, METH_FASTCALL,
      "table_place(keys, values, table) -> None\n\n"
      "Fill table (2 * slots uint64) with the (key, value) pairs, linear probing in rounds."},
+#ifdef URLSIEVE_XXHASH
+    {"snapshot_rules", (PyCFunction)(void (*)(void))snapshot_rules, METH_FASTCALL,
+     "snapshot_rules(image, layout, ids, categories, sources, rule_type, allow, block)\n"
+     "-> list[Rule | None]\n\n"
+     "The rules of rule ids, read from a compiled image (None: the caller builds it)."},
+#endif
     {"snapshot_verdicts", (PyCFunction)(void (*)(void))snapshot_verdicts, METH_FASTCALL,
      "snapshot_verdicts(ids, forms, rules, verdict_type, none, action_at)\n"
      "-> tuple[list, list[int]]\n\n"

@@ -410,3 +410,51 @@ def test_compiled_verdicts_refuse_misuse() -> None:
 
     (odd,), _ = fn([0], [["a list"]], {0: rule}, Verdict, "none", 1)
     assert gc.is_tracked(odd)
+
+
+# -- Rule objects read from the image in C (snapshot_rules; reference: _rule_py) ----------
+
+
+_ODD_RULES = [
+    "evil.com",
+    "=exact.example/",
+    "|ads.example/banner|",
+    "ads.example/banner?id=1",
+    "10.0.0.1/admin/",
+    "bücher.example/Pfad",
+    "*.wild.example",
+    "x.example/a%2fb/",
+    "Upper.Example/CaSe/",
+]
+
+
+@pytest.mark.usefixtures("compiled")
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    patterns=st.lists(
+        st.one_of(st.sampled_from(rulegen.random_rules(300, 5)), st.sampled_from(_ODD_RULES)),
+        min_size=1,
+        max_size=40,
+    ),
+    seed=st.integers(0, 1000),
+)
+def test_rules_read_in_c_equal_the_python_reader(patterns: list[str], seed: int) -> None:
+    if not hasattr(speedups, "snapshot_rules"):
+        missing("urlsieve._speedups was not built with xxhash.h: no compiled rule reader")
+    rules = rules_from(patterns, seed)
+    rules.append(parse_rule("nosource.example/x", ALLOW, "c1"))  # no source, no line
+    matcher = SnapshotMatcher.from_rules(rules)
+    ids = list(range(len(matcher)))
+    names = (tuple(matcher._categories), tuple(matcher._sources))
+    built = speedups.snapshot_rules(  # type: ignore[union-attr]
+        matcher._view, matcher._layout, [*ids, -1, len(ids)], *names, Rule, ALLOW, BLOCK
+    )
+    assert built[-2:] == [None, None]  # ids outside the image: the reference raises
+    for rule_id, rule in zip(ids, built, strict=False):
+        want = matcher._rule_py(rule_id)
+        if rule is None:  # only rules with non-ASCII strings are left to Python
+            assert not "".join(str(f) for f in want).isascii()
+            continue
+        assert type(rule) is Rule and tuple(rule) == tuple(want)
+        assert [type(f) for f in rule] == [type(f) for f in want]
+    assert [matcher.rule(i) for i in ids] == [matcher._rule_py(i) for i in ids]

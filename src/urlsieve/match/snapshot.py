@@ -132,6 +132,10 @@ _match = getattr(speedups, "snapshot_match", None)
 # check_many's verdict list (reference: its Python loop).
 _verdicts = getattr(speedups, "snapshot_verdicts", None)
 _ACTION_AT = Rule._fields.index("action")
+# Rule objects read from the image (reference: SnapshotMatcher.rule's Python body).
+_rules = getattr(speedups, "snapshot_rules", None)
+#: Rules kept built per process (a hit builds its rule once; the cache is emptied when full).
+_RULE_CACHE = 1 << 16
 _compile_lines = getattr(speedups, "compile_lines", None)
 _table_place = getattr(speedups, "table_place", None)
 #: Lines read per call of the compiled list reader (a progress report each).
@@ -842,6 +846,7 @@ class SnapshotMatcher:
         )
         self._masks: dict[frozenset[str], bytes] = {}
         self._rule_cache: dict[int, Rule] = {}
+        self._names: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         # What the compiled batch path needs to find each section (checked again in C).
         self._layout = (
             hosts_off,
@@ -963,6 +968,33 @@ class SnapshotMatcher:
         cached = self._rule_cache.get(rule_id)
         if cached is not None:
             return cached
+        if _rules is not None:
+            self._cache_rules([rule_id])
+            cached = self._rule_cache.get(rule_id)
+            if cached is not None:
+                return cached
+        return self._rule_py(rule_id)
+
+    def _cache_rules(self, ids: list[int]) -> None:
+        """Put the rules of ``ids`` in the cache, read in one compiled call (those it leaves,
+        with strings that are not ASCII, :meth:`rule` builds in Python)."""
+        if _rules is None or not ids:
+            return
+        names = self._names
+        if names is None:
+            names = self._names = (tuple(self._categories), tuple(self._sources))
+        built: list[Rule | None] = _rules(
+            self._view, self._layout, ids, names[0], names[1], Rule, ALLOW, BLOCK
+        )
+        cache = self._rule_cache
+        for rule_id, rule in zip(ids, built, strict=True):
+            if rule is not None:
+                if len(cache) >= _RULE_CACHE:
+                    cache.clear()
+                cache[rule_id] = rule
+
+    def _rule_py(self, rule_id: int) -> Rule:
+        """:meth:`rule` in Python: the reference of ``snapshot_rules``."""
         off, n_pat, n_host, n_path, n_query, source_id, line, category_id, flags = self._record(
             rule_id
         )
@@ -1003,7 +1035,7 @@ class SnapshotMatcher:
                 rank_of(len(host), path_len, anchored, exact_host, allow),
             ),
         )
-        if len(self._rule_cache) >= 1 << 16:
+        if len(self._rule_cache) >= _RULE_CACHE:
             self._rule_cache.clear()
         self._rule_cache[rule_id] = rule
         return rule
@@ -1155,7 +1187,10 @@ class SnapshotMatcher:
         """Per URL the deciding rule, ``None`` or its :class:`InvalidURL`."""
         cache = self._rule_cache
         out: list[Rule | InvalidURL | None] = []
-        for rule_id in self._ids(urls, mask, None):
+        ids = self._ids(urls, mask, None)
+        if _rules is not None:  # the rules not cached yet, built in one call
+            self._cache_rules([i for i in ids if type(i) is int and i >= 0 and i not in cache])
+        for rule_id in ids:
             if isinstance(rule_id, InvalidURL):
                 out.append(rule_id)
             elif rule_id >= 0:
@@ -1232,6 +1267,7 @@ class SnapshotMatcher:
                 ids, forms, cache, Verdict, NONE, _ACTION_AT
             )
             verdicts, missing = found
+            self._cache_rules([ids[at] for at in missing])  # type: ignore[misc]
             for at in missing:  # rules not in the cache yet: built once each
                 rule = rule_of(ids[at])  # type: ignore[arg-type]
                 verdicts[at] = make(Verdict, (rule.action, rule, forms[at]))
