@@ -756,16 +756,36 @@ rd16(const unsigned char *p)
     return v;
 }
 
+/* A rule record of the image (snapshot.py's _RULE, "<IIIIiIIHH", 32 bytes). */
+typedef struct {
+    uint32_t off, n_pat, n_host, n_path;
+    int32_t n_query; /* -1: no query */
+    uint32_t source_id, line;
+    uint16_t category, flags;
+} record;
+
+/* The record of rule `id`, which the caller has checked is below im->n_rules. */
+static inline record
+read_record(const image *im, uint64_t id)
+{
+    const unsigned char *r = im->rules + 32 * id;
+    return (record){
+        .off = rd32(r), .n_pat = rd32(r + 4), .n_host = rd32(r + 8), .n_path = rd32(r + 12),
+        .n_query = (int32_t)rd32(r + 16), .source_id = rd32(r + 20), .line = rd32(r + 24),
+        .category = rd16(r + 28), .flags = rd16(r + 30),
+    };
+}
+
 /* The rank of rule `id` if it matches expression e[0:elen] at this level, else -1. */
 static int64_t
 candidate(const image *im, uint64_t id, const unsigned char *e, size_t elen, int exact_path,
           int level)
 {
     if (id >= im->n_rules) return -1;
-    const unsigned char *r = im->rules + 32 * id;
-    uint32_t off = rd32(r), n_pat = rd32(r + 4), n_host = rd32(r + 8), n_path = rd32(r + 12);
-    int32_t n_query = (int32_t)rd32(r + 16);
-    uint16_t category = rd16(r + 28), flags = rd16(r + 30);
+    const record rec = read_record(im, id);
+    uint32_t off = rec.off, n_pat = rec.n_pat, n_host = rec.n_host, n_path = rec.n_path;
+    int32_t n_query = rec.n_query;
+    uint16_t category = rec.category, flags = rec.flags;
     if ((flags & (F_EXACT_HOST | F_IP)) && level) return -1;
     int anchored = (flags & F_ANCHORED) != 0;
     if (anchored && !exact_path) return -1;
@@ -796,6 +816,37 @@ static inline uint64_t
 depth_bit(Py_ssize_t depth)
 {
     return UINT64_C(1) << (depth < DEEP_BIT ? depth : DEEP_BIT);
+}
+
+/* The host levels a lookup probes, most specific first: host[start:hl] for start = 0 and
+   after each ".", while labels (of the level) counts down; an IP address is one level. */
+static inline Py_ssize_t
+host_labels(const unsigned char *host, Py_ssize_t hl)
+{
+    Py_ssize_t labels = 1;
+    for (Py_ssize_t k = 0; k < hl; k++) labels += host[k] == '.';
+    return labels;
+}
+
+/* Whether the rule set has hosts of this many labels (the image's host-depth mask). */
+static inline int
+level_stored(const image *im, Py_ssize_t labels)
+{
+    return im->host_depths >> (labels < 63 ? labels : 63) & 1;
+}
+
+/* Move *start and *labels to the parent level: 0 when there is none. */
+static inline int
+parent_level(const unsigned char *host, Py_ssize_t hl, int is_ip, Py_ssize_t *start,
+             Py_ssize_t *labels)
+{
+    if (is_ip) return 0;
+    Py_ssize_t k = *start;
+    while (k < hl && host[k] != '.') k++;
+    if (k >= hl) return 0;
+    *start = k + 1;
+    (*labels)--;
+    return 1;
 }
 
 /* The rule deciding s[0:n], -1 for none, -2 off the fast path. buf: scratch of n bytes. */
@@ -832,12 +883,9 @@ match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans *sp
     /* path candidates: (end, bit, exact), most specific first */
     Py_ssize_t slashes = 0;
     for (Py_ssize_t k = 0; k < pl; k++) slashes += path[k] == '/';
-    Py_ssize_t labels = 1;
-    for (Py_ssize_t k = 0; k < hl; k++) labels += buf[k] == '.';
-
-    Py_ssize_t start = 0;
+    Py_ssize_t labels = host_labels(buf, hl), start = 0;
     for (int level = 0;; level++) {
-        if (im->host_depths >> (labels < 63 ? labels : 63) & 1) {
+        if (level_stored(im, labels)) {
             const unsigned char *host = buf + start;
             size_t host_len = (size_t)(hl - start);
             uint64_t depths = probe(im->hosts, im->host_mask, h64(host, host_len));
@@ -893,13 +941,7 @@ match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans *sp
                 if (best_id >= 0) return best_id;
             }
         }
-        if (sp.is_ip) return -1;
-        /* the parent: after the next "." */
-        Py_ssize_t k = start;
-        while (k < hl && buf[k] != '.') k++;
-        if (k >= hl) return -1;
-        start = k + 1;
-        labels--;
+        if (!parent_level(buf, hl, sp.is_ip, &start, &labels)) return -1;
     }
 }
 
@@ -947,15 +989,14 @@ image_open(const Py_buffer *img, PyObject *layout, image *im)
 
 /* The rule deciding the URL s[0:n] (-1: none; -2: off the fast path, the caller parses
    it), with *text, *len and *sp the canonical-form bytes it was matched as. buf: scratch
-   of MAX_URL + 16 bytes, rewritten: REWRITE_CAP bytes. */
+   of MAX_URL + 16 bytes, rewritten: REWRITE_CAP bytes. Neither the scan nor the rewrite
+   takes a byte above 0x7E (outside a fragment, which the rewrite drops, as the reader
+   does), so the URL's bytes need no pass of their own here. */
 static int64_t
 match_url(const image *im, const unsigned char *s, Py_ssize_t n, unsigned char *buf,
           unsigned char *rewritten, const unsigned char **text, Py_ssize_t *len, spans *sp)
 {
     if (n > MAX_URL - 8) return -2;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        if (s[k] >= 0x80) return -2;
-    }
     if (!scan_or_rewrite(s, n, 1, rewritten, text, len, sp)) return -2;
     return match_one(im, *text, *len, sp, buf);
 }
@@ -967,19 +1008,13 @@ prefetch_hosts(const image *im, const unsigned char *s, Py_ssize_t n, spans *sp)
 {
     if (n > MAX_URL - 8 || !scan_canonical(s, n, 1, sp)) return 0;
     const unsigned char *host = s + sp->host_start;
-    Py_ssize_t hl = sp->host_end - sp->host_start, labels = 1;
-    for (Py_ssize_t k = 0; k < hl; k++) labels += host[k] == '.';
-    for (Py_ssize_t start = 0;;) { /* the levels of match_one, in its order */
-        if (im->host_depths >> (labels < 63 ? labels : 63) & 1) {
+    Py_ssize_t hl = sp->host_end - sp->host_start, labels = host_labels(host, hl), start = 0;
+    do { /* the levels of match_one, in its order */
+        if (level_stored(im, labels)) {
             uint64_t key = h64(host + start, (size_t)(hl - start));
             PREFETCH_READ(im->hosts + 2 * (key & im->host_mask));
         }
-        if (sp->is_ip) break;
-        while (start < hl && host[start] != '.') start++;
-        if (start >= hl) break;
-        start++;
-        labels--;
-    }
+    } while (parent_level(host, hl, sp->is_ip, &start, &labels));
     return 1;
 }
 
@@ -1442,9 +1477,9 @@ squid_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *entry = NULL;
         int allow = id == -1 && !unknown;
         if (id >= 0) {
-            const unsigned char *r = b.im.rules + 32 * (uint64_t)id;
-            uint16_t category = rd16(r + 28), flags = rd16(r + 30);
-            allow = (flags & F_ALLOW) != 0;
+            const record rec = read_record(&b.im, (uint64_t)id);
+            uint16_t category = rec.category;
+            allow = (rec.flags & F_ALLOW) != 0;
             if (!allow && category < n_cats && PyTuple_GET_ITEM(pieces, category) != Py_None) {
                 entry = PyTuple_GET_ITEM(pieces, category);
             }
@@ -1538,11 +1573,11 @@ filter_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         uint32_t line = 0;
         int allow = 0;
         if (id >= 0) {
-            const unsigned char *r = b.im.rules + 32 * (uint64_t)id;
-            uint32_t source_id = rd32(r + 20);
-            uint16_t category_id = rd16(r + 28);
-            line = rd32(r + 24);
-            allow = (rd16(r + 30) & F_ALLOW) != 0;
+            const record rec = read_record(&b.im, (uint64_t)id);
+            uint32_t source_id = rec.source_id;
+            uint16_t category_id = rec.category;
+            line = rec.line;
+            allow = (rec.flags & F_ALLOW) != 0;
             if (category_id < n_cats && source_id < n_sources) {
                 category = PyTuple_GET_ITEM(names[0], category_id);
                 source = PyTuple_GET_ITEM(names[1], source_id);
@@ -2177,11 +2212,11 @@ snapshot_rules(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         long long id = PyLong_AsLongLong(PyList_GET_ITEM(ids, k));
         if (id == -1 && PyErr_Occurred()) goto fail;
         if (id < 0 || (uint64_t)id >= im.n_rules) continue;
-        const unsigned char *r = im.rules + 32 * (uint64_t)id;
-        uint64_t off = rd32(r), n_pat = rd32(r + 4), n_host = rd32(r + 8), n_path = rd32(r + 12);
-        int32_t n_query = (int32_t)rd32(r + 16);
-        uint32_t source_id = rd32(r + 20), line = rd32(r + 24);
-        uint16_t category_id = rd16(r + 28), flags = rd16(r + 30);
+        const record rec = read_record(&im, (uint64_t)id);
+        uint64_t off = rec.off, n_pat = rec.n_pat, n_host = rec.n_host, n_path = rec.n_path;
+        int32_t n_query = rec.n_query;
+        uint32_t source_id = rec.source_id, line = rec.line;
+        uint16_t category_id = rec.category, flags = rec.flags;
         uint64_t total = n_pat + n_host + n_path + (n_query > 0 ? (uint64_t)n_query : 0);
         if (off > im.strings_len || total > im.strings_len - off
             || category_id >= PyTuple_GET_SIZE(categories)
