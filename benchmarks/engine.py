@@ -333,7 +333,8 @@ def compile_rows(args: argparse.Namespace, workdir: Path) -> str:
             capture_output=True,
         )
         seconds = time.perf_counter() - start
-        peak = f"{int(report.read_text().split()[-1]) / 1024:,.0f} MB" if TIME else "-"
+        mb = int(report.read_text().split()[-1]) / 1024 if TIME else float("nan")
+        peak = f"{mb:,.0f} MB" if TIME else "-"
         start = time.perf_counter()
         flt = Filter.load(out)
         load_ms = (time.perf_counter() - start) * 1000
@@ -345,7 +346,6 @@ def compile_rows(args: argparse.Namespace, workdir: Path) -> str:
         )
         limits = {1_000_000: (3, 400), 5_000_000: (15, 2048)}.get(n)
         if limits is not None:
-            mb = int(report.read_text().split()[-1]) / 1024 if TIME else float("nan")
             goals.append(
                 f"{n:,} rules ≤ {limits[0]} s and ≤ {limits[1]:,} MB ({seconds:.1f} s, "
                 f"{mb:,.0f} MB: {verdict(seconds <= limits[0] and mb <= limits[1])})"

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -163,8 +162,8 @@ class SquidHelper:
             (),
         )
         # Whether a block reply needs the request's client or user fields (%a %n %i).
-        self._fields = settings.mode is not HelperMode.ACL and bool(
-            re.search(r"(?<!%)(?:%%)*%[ani]", settings.redirect_url or "")
+        self._fields = settings.mode is not HelperMode.ACL and any(
+            template_uses(settings.redirect_url or "", code) for code in "ani"
         )
 
     def handle(self, line: bytes | str) -> str:
