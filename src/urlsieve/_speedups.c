@@ -36,12 +36,16 @@
 /* How many items ahead a batch loop asks for the memory of (a list's strings are
    scattered over the heap: each is a cache miss the loop would otherwise wait for). */
 #define PREFETCH 32
-/* URLs canonical_hashes reads with the GIL, then hashes without it, at a time. */
+/* URLs (and bytes of their text) canonical_hashes copies with the GIL, then hashes
+   without it, at a time. */
 #define HASH_RUN 256
+#define HASH_RUN_BYTES 16384
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH_READ(p) __builtin_prefetch((const void *)(p), 0, 1)
+#define PREFETCH_WRITE(p) __builtin_prefetch((const void *)(p), 1, 1)
 #else
 #define PREFETCH_READ(p) ((void)(p))
+#define PREFETCH_WRITE(p) ((void)(p))
 #endif
 
 /* The first two cache lines of a str or bytes object: its header and the start of its
@@ -183,6 +187,126 @@ typedef struct {
     int is_ip;
 } spans;
 
+#if defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__)) && !defined(URLSIEVE_SCALAR_SCAN)
+/* ---------------------------------------------------------------------------------------
+ * scan_canonical's vector pass (SSE2, in every x86-64): the bytes after the scheme are
+ * classified 64 at a time into bit masks (bit j: byte j is a host character, a dot, a
+ * "/", a "?", a "%", or one a path or a query may not hold), and the grammar is checked
+ * on the masks: the host ends at the first non-host byte, a label is empty where dots
+ * touch, a segment is empty or starts with "." where "/" is followed by "/" or ".".
+ * A per-byte loop mispredicts a branch at every label, segment and token end, and that
+ * cost more than all the rest of a fingerprint. Escapes, hosts over 64 bytes and IP
+ * addresses are left to the per-byte scan (scan_fast returns -1), which stays the
+ * definition: the tests hold the two equal through fast_canonical and the _FAST regex.
+ */
+#include <emmintrin.h>
+#define SCAN_FAST 1
+
+typedef struct {
+    uint64_t host, dot, slash, query, pct, bad_path, bad_query;
+} url_bits;
+
+/* The masks of p[0:len], len <= 64 (bits from len on are 0). */
+static inline void
+url_bits_of(const unsigned char *p, Py_ssize_t len, url_bits *b)
+{
+    memset(b, 0, sizeof(*b));
+    for (Py_ssize_t at = 0; at < len; at += 16) {
+        unsigned char tail[16];
+        const unsigned char *q = p + at;
+        if (len - at < 16) { /* never read past the string */
+            memset(tail, 0, sizeof(tail));
+            memcpy(tail, q, (size_t)(len - at));
+            q = tail;
+        }
+        const __m128i c = _mm_loadu_si128((const __m128i *)q);
+#define EQ(ch) _mm_cmpeq_epi8(c, _mm_set1_epi8((char)(ch)))
+#define IN(lo, hi) \
+    _mm_and_si128(_mm_cmpgt_epi8(c, _mm_set1_epi8((char)((lo) - 1))), \
+                  _mm_cmplt_epi8(c, _mm_set1_epi8((char)((hi) + 1))))
+        /* signed compares: bytes >= 0x80 are negative and in no range */
+        const __m128i dot = EQ('.'), slash = EQ('/');
+        const __m128i host = _mm_or_si128(_mm_or_si128(IN('a', 'z'), IN('0', '9')),
+                                          _mm_or_si128(_mm_or_si128(EQ('_'), EQ('-')), dot));
+        const __m128i print = IN(0x21, 0x7E), hash = EQ('#');
+        const __m128i bad_query = _mm_or_si128(_mm_andnot_si128(print, _mm_set1_epi8(-1)), hash);
+        const __m128i bad_path = _mm_or_si128(bad_query, EQ('\\'));
+        const int shift = (int)at;
+        uint64_t valid = len - at >= 16 ? 0xFFFF : ((uint64_t)1 << (len - at)) - 1;
+#define PUT(field, v) b->field |= ((uint64_t)_mm_movemask_epi8(v) & valid) << shift
+        PUT(host, host);
+        PUT(dot, dot);
+        PUT(slash, slash);
+        PUT(query, EQ('?'));
+        PUT(pct, EQ('%'));
+        PUT(bad_path, bad_path);
+        PUT(bad_query, bad_query);
+#undef PUT
+#undef IN
+#undef EQ
+    }
+}
+
+static inline uint64_t
+below(Py_ssize_t bits) /* the mask of bits 0 .. bits-1, bits <= 64 */
+{
+    return bits >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << bits) - 1;
+}
+
+/* scan_canonical from the host on, for p[0:m] (p = s + off): 1 or 0 as it would answer,
+   -1 when the per-byte scan must. */
+static int
+scan_fast(const unsigned char *p, Py_ssize_t m, Py_ssize_t off, int allow_query, spans *sp)
+{
+    Py_ssize_t len = m < 64 ? m : 64;
+    url_bits b;
+    url_bits_of(p, len, &b);
+    const uint64_t not_host = ~b.host & below(len);
+    if (not_host == 0 && m > 64) return -1; /* a host over 64 bytes */
+    const Py_ssize_t h = not_host ? __builtin_ctzll(not_host) : len;
+    if (h == 0) return 0;
+    const uint64_t dots = b.dot & below(h);
+    const Py_ssize_t last = dots ? 64 - __builtin_clzll(dots) : 0; /* the last label */
+    if (last >= h || p[last] < 'a' || p[last] > 'z') return -1; /* an IP address, or none */
+    if ((dots & 1) || (dots & (dots >> 1))) return 0;               /* an empty label */
+    sp->is_ip = 0;
+    sp->host_start = off;
+    sp->host_end = off + h;
+    sp->has_path = h < m && p[h] == '/';
+    sp->query_start = -1;
+    sp->path_end = off + m;
+    if (h < m && p[h] != '/' && p[h] != '?') return 0;
+    int in_query = 0;
+    uint64_t carry = 0; /* the byte before this block is a "/" of the path */
+    uint64_t rest = below(len) & ~below(h);
+    for (Py_ssize_t base = 0;;) {
+        if (b.pct & rest) return -1; /* an escape */
+        if (!in_query) {
+            const uint64_t q = b.query & rest;
+            const uint64_t path = q ? rest & ((q & (~q + 1)) - 1) : rest;
+            if (b.bad_path & path) return 0;
+            const uint64_t slash = b.slash & path;
+            if ((((slash << 1) | carry) & (b.slash | b.dot) & path) != 0) return 0;
+            carry = slash >> 63;
+            if (q) {
+                if (!allow_query) return 0;
+                const Py_ssize_t at = base + __builtin_ctzll(q);
+                sp->path_end = off + at;
+                sp->query_start = off + at + 1;
+                in_query = 1;
+                rest &= ~(path | (q & (~q + 1)));
+            }
+        }
+        if (in_query && (b.bad_query & rest)) return 0;
+        base += 64;
+        if (base >= m) return 1;
+        len = m - base < 64 ? m - base : 64;
+        url_bits_of(p + base, len, &b);
+        rest = below(len);
+    }
+}
+#endif
+
 /* 1 when s[0:n] (or "http://" + it) is already canonical, filling *sp; 0 otherwise. */
 static int
 scan_canonical(const unsigned char *s, Py_ssize_t n, int allow_query, spans *sp)
@@ -202,6 +326,10 @@ scan_canonical(const unsigned char *s, Py_ssize_t n, int allow_query, spans *sp)
         sp->has_scheme = 0;
         i = 0;
     }
+#ifdef SCAN_FAST
+    int fast = scan_fast(s + i, n - i, i, allow_query, sp);
+    if (fast >= 0) return fast;
+#endif
 
     sp->host_start = i;
     while (i < n && s[i] < 128 && (cls[s[i]] & HOST)) i++;
@@ -557,103 +685,180 @@ fast_canonical(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* ---------------------------------------------------------------------------------------
- * The blocked Bloom filter's batch insert (urlsieve/seen/bloom.py; its numpy version
- * _insert_numpy is the reference). A block is 8 words of 64 bits; a URL's mask has bits
- * in each word. bloom_fresh tests a batch against the filter as it is (no writes),
- * keeping only the first of identical fingerprints; bloom_set ORs the masks of the
- * flagged URLs in. The caller raises the layer's count in between.
+ * The seen stores' batch tables (urlsieve/seen/bloom.py and exact.py; their numpy code is
+ * the reference, which the tests hold these equal to).
+ *
+ * bloom_test / bloom_insert take one layer of the blocked Bloom filter (whole 64-byte
+ * blocks of 8 words) and the fingerprints as n rows of (h1, h2); the block and the bits
+ * of a row are computed here, as bloom.py's _masks and _Layer.block_of define them.
+ * bloom_insert tests the batch against the layer as it is, keeping only the first of
+ * identical fingerprints, raises the layer's count (a one-word array in the mapping)
+ * by the fresh ones, then sets their bits: the count first, as the module doc says.
+ *
+ * exact_lookup / exact_insert take the exact store's table (buckets of 8 slots, 0 for
+ * empty, linear probing by buckets) and non-zero 64-bit keys. exact_insert adds them in
+ * order (a repeat finds its first) and returns how many were new, or -1 when it found the
+ * table full (a damaged store: the caller's load limit keeps slots free).
  */
 
-enum { BITS, BLOCK, MASKS, H1, H2, OUT, NBUF };
+/* How many rows ahead the table loops ask for the block or bucket a row will read. */
+#define TABLE_AHEAD 16
 
 typedef struct {
-    Py_buffer buf[NBUF]; /* a slot a function does not take stays zeroed (obj == NULL) */
-} batch_args;
+    Py_buffer table, rows, out, count;
+    Py_ssize_t n; /* rows */
+} table_args;
 
 static void
-release_batch(batch_args *a)
+release_table_args(table_args *a)
 {
-    for (int i = 0; i < NBUF; i++) PyBuffer_Release(&a->buf[i]); /* no-op when obj is NULL */
+    PyBuffer_Release(&a->table); /* a no-op on a buffer never taken (obj NULL) */
+    PyBuffer_Release(&a->rows);
+    PyBuffer_Release(&a->out);
+    PyBuffer_Release(&a->count);
 }
 
-/* Take argument i into buffer slots[i] (bits and out writable) and check the sizes. */
+/* The table (writable when `write`), rows of `row_words` uint64 and out (one bool a row)
+   of a table call; the table must be whole lines of 8 words. */
 static int
-get_batch(PyObject *const *args, Py_ssize_t nargs, const int *slots, Py_ssize_t nslots,
-          batch_args *a, Py_ssize_t *n)
+get_table_args(const char *name, PyObject *table, PyObject *rows, PyObject *out, int write,
+               Py_ssize_t row_words, table_args *a)
 {
     memset(a, 0, sizeof(*a));
-    if (nargs != nslots) {
-        PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", nslots, nargs);
+    int flags = PyBUF_C_CONTIGUOUS | (write ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(table, &a->table, flags) < 0
+        || PyObject_GetBuffer(rows, &a->rows, PyBUF_C_CONTIGUOUS) < 0
+        || PyObject_GetBuffer(out, &a->out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        release_table_args(a);
         return -1;
     }
-    for (Py_ssize_t i = 0; i < nslots; i++) {
-        int writable = slots[i] == BITS || slots[i] == OUT;
-        int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(args[i], &a->buf[slots[i]], flags) < 0) {
-            release_batch(a);
-            return -1;
-        }
-    }
-    const Py_buffer *b = a->buf;
-    *n = b[OUT].len;
-    int with_hashes = b[H1].obj != NULL;
-    if (b[BITS].len % 64 || b[BLOCK].len != 8 * *n || b[MASKS].len != 64 * *n
-        || (with_hashes && (b[H1].len != 8 * *n || b[H2].len != 8 * *n))) {
-        PyErr_SetString(PyExc_ValueError,
-                        "bloom batch: bits must be whole 64-byte blocks and block (int64), "
-                        "masks (n x 8 uint64), h1, h2 (uint64) and out (bool) one row per URL");
-        release_batch(a);
+    a->n = a->out.len;
+    if (a->table.len == 0 || a->table.len % 64 || a->rows.len != a->n * row_words * 8) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the table must be whole 64-byte lines (at least one), the rows %zd "
+                     "uint64 each and out one bool a row",
+                     name, row_words);
+        release_table_args(a);
         return -1;
-    }
-    const int64_t *block = b[BLOCK].buf;
-    const int64_t nblocks = b[BITS].len / 64;
-    for (Py_ssize_t i = 0; i < *n; i++) {
-        if (block[i] < 0 || block[i] >= nblocks) {
-            PyErr_Format(PyExc_IndexError, "bloom batch: block %lld out of range (%lld blocks)",
-                         (long long)block[i], (long long)nblocks);
-            release_batch(a);
-            return -1;
-        }
     }
     return 0;
 }
 
+static inline Py_ssize_t
+bloom_block(uint64_t h1, uint64_t blocks)
+{
+    return (Py_ssize_t)(((h1 >> 32) * blocks) >> 32);
+}
+
+/* The bits a row sets in each word of its block (bloom.py's _masks). */
+static inline void
+bloom_masks(uint64_t h1, uint64_t h2, int t, uint64_t m[8])
+{
+    for (int w = 0; w < 8; w++) {
+        unsigned b = (unsigned)(h2 >> (8 * w)) & 255;
+        m[w] = UINT64_C(1) << (b & 63);
+        if (t == 2) m[w] |= UINT64_C(1) << ((b >> 6) | (((h1 >> (4 * w)) & 15) << 2));
+    }
+}
+
+/* out[i] = every bit of row i is set in its block (no writes). */
+static void
+bloom_cover(const uint64_t *bits, uint64_t blocks, int t, const uint64_t *h, Py_ssize_t n,
+            unsigned char *out)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + TABLE_AHEAD < n) PREFETCH_READ(bits + 8 * bloom_block(h[2 * (i + TABLE_AHEAD)], blocks));
+        uint64_t m[8], missing = 0;
+        bloom_masks(h[2 * i], h[2 * i + 1], t, m);
+        const uint64_t *row = bits + 8 * bloom_block(h[2 * i], blocks);
+        for (int w = 0; w < 8; w++) missing |= m[w] & ~row[w];
+        out[i] = missing == 0;
+    }
+}
+
+static int
+bloom_t(PyObject *arg)
+{
+    long t = PyLong_AsLong(arg);
+    if (t == -1 && PyErr_Occurred()) return -1;
+    if (t != 1 && t != 2) {
+        PyErr_Format(PyExc_ValueError, "bloom: t is 1 or 2, not %ld", t);
+        return -1;
+    }
+    return (int)t;
+}
+
 static PyObject *
-bloom_fresh(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+bloom_test(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    batch_args a;
-    Py_ssize_t n;
-    static const int slots[] = {BITS, BLOCK, MASKS, H1, H2, OUT};
-    if (get_batch(args, nargs, slots, 6, &a, &n) < 0) return NULL;
-    const uint64_t *bits = a.buf[BITS].buf, *masks = a.buf[MASKS].buf;
-    const uint64_t *h1 = a.buf[H1].buf, *h2 = a.buf[H2].buf;
-    const int64_t *block = a.buf[BLOCK].buf;
-    unsigned char *out = a.buf[OUT].buf;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "bloom_test(bits, t, h, out) takes 4 arguments");
+        return NULL;
+    }
+    int t = bloom_t(args[1]);
+    table_args a;
+    if (t < 0 || get_table_args("bloom_test", args[0], args[2], args[3], 0, 2, &a) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    bloom_cover(a.table.buf, (uint64_t)(a.table.len / 64), t, a.rows.buf, a.n, a.out.buf);
+    Py_END_ALLOW_THREADS
+    release_table_args(&a);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+bloom_insert(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bloom_insert(bits, t, h, out, count) takes 5 arguments");
+        return NULL;
+    }
+    int t = bloom_t(args[1]);
+    table_args a;
+    if (t < 0 || get_table_args("bloom_insert", args[0], args[2], args[3], 1, 2, &a) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[4], &a.count, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0
+        || a.count.len != 8) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "bloom_insert: count is one uint64");
+        }
+        release_table_args(&a);
+        return NULL;
+    }
+    uint64_t *bits = a.table.buf;
+    const uint64_t blocks = (uint64_t)(a.table.len / 64);
+    const uint64_t *h = a.rows.buf;
+    unsigned char *out = a.out.buf;
+    const Py_ssize_t n = a.n;
     Py_ssize_t fresh = 0;
+    Py_BEGIN_ALLOW_THREADS
+    bloom_cover(bits, blocks, t, h, n, out);
     for (Py_ssize_t i = 0; i < n; i++) {
-        const uint64_t *row = bits + 8 * block[i], *m = masks + 8 * i;
-        uint64_t missing = 0;
-        for (int w = 0; w < 8; w++) missing |= m[w] & ~row[w];
-        out[i] = missing != 0;
+        out[i] = !out[i];
         fresh += out[i];
     }
+    Py_END_ALLOW_THREADS
     if (fresh > 1) {
-        /* the same fingerprint twice among the fresh: only the first is new */
+        /* The same fingerprint twice among the fresh: only the first is new. */
         size_t size = 4;
         while (size < 2 * (size_t)fresh) size <<= 1;
         Py_ssize_t *slots = PyMem_Malloc(size * sizeof(Py_ssize_t));
         if (slots == NULL) {
-            release_batch(&a);
+            release_table_args(&a);
             return PyErr_NoMemory();
         }
         for (size_t j = 0; j < size; j++) slots[j] = -1;
         for (Py_ssize_t i = 0; i < n; i++) {
             if (!out[i]) continue;
-            size_t j = (size_t)(h2[i] ^ (h1[i] >> 17)) & (size - 1);
+            size_t j = (size_t)(h[2 * i + 1] ^ (h[2 * i] >> 17)) & (size - 1);
             while (slots[j] >= 0) {
                 Py_ssize_t k = slots[j];
-                if (h1[k] == h1[i] && h2[k] == h2[i]) {
+                if (h[2 * k] == h[2 * i] && h[2 * k + 1] == h[2 * i + 1]) {
                     out[i] = 0;
                     fresh--;
                     break;
@@ -664,30 +869,127 @@ bloom_fresh(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         PyMem_Free(slots);
     }
-    release_batch(&a);
+    *(uint64_t *)a.count.buf += (uint64_t)fresh;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + TABLE_AHEAD < n && out[i + TABLE_AHEAD]) {
+            PREFETCH_WRITE(bits + 8 * bloom_block(h[2 * (i + TABLE_AHEAD)], blocks));
+        }
+        if (!out[i]) continue;
+        uint64_t m[8];
+        bloom_masks(h[2 * i], h[2 * i + 1], t, m);
+        uint64_t *row = bits + 8 * bloom_block(h[2 * i], blocks);
+        for (int w = 0; w < 8; w++) row[w] |= m[w];
+    }
+    release_table_args(&a);
     return PyLong_FromSsize_t(fresh);
 }
 
+static inline uint64_t
+exact_home(uint64_t key, uint64_t buckets)
+{
+    return ((key >> 32) * buckets) >> 32;
+}
+
+/* Where key is in the table, or where it would go: *slot is its slot's index (found) or
+   the first empty slot of its probe (not found; -1 when the table is full). */
+static int
+exact_find(const uint64_t *table, uint64_t buckets, uint64_t key, Py_ssize_t *slot)
+{
+    uint64_t bucket = exact_home(key, buckets);
+    for (uint64_t step = 0; step < buckets; step++) {
+        const uint64_t *row = table + 8 * bucket;
+        for (int s = 0; s < 8; s++) {
+            if (row[s] == key) {
+                *slot = (Py_ssize_t)(8 * bucket + s);
+                return 1;
+            }
+            if (row[s] == 0) {
+                *slot = (Py_ssize_t)(8 * bucket + s);
+                return 0;
+            }
+        }
+        if (++bucket == buckets) bucket = 0;
+    }
+    *slot = -1;
+    return 0;
+}
+
+static int
+exact_keys_nonzero(const uint64_t *keys, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (keys[i] == 0) {
+            PyErr_Format(PyExc_ValueError, "exact: key %zd is 0 (0 marks an empty slot)", i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static PyObject *
-bloom_set(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+exact_lookup(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    batch_args a;
-    Py_ssize_t n;
-    static const int slots[] = {BITS, BLOCK, MASKS, OUT};
-    if (get_batch(args, nargs, slots, 4, &a, &n) < 0) return NULL;
-    uint64_t *bits = a.buf[BITS].buf;
-    const uint64_t *masks = a.buf[MASKS].buf;
-    const int64_t *block = a.buf[BLOCK].buf;
-    const unsigned char *flags = a.buf[OUT].buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!flags[i]) continue;
-        uint64_t *row = bits + 8 * block[i];
-        const uint64_t *m = masks + 8 * i;
-        for (int w = 0; w < 8; w++) row[w] |= m[w];
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "exact_lookup(table, keys, out) takes 3 arguments");
+        return NULL;
     }
-    release_batch(&a);
+    table_args a;
+    if (get_table_args("exact_lookup", args[0], args[1], args[2], 0, 1, &a) < 0) return NULL;
+    const uint64_t *table = a.table.buf, *keys = a.rows.buf;
+    const uint64_t buckets = (uint64_t)(a.table.len / 64);
+    unsigned char *out = a.out.buf;
+    if (exact_keys_nonzero(keys, a.n) < 0) {
+        release_table_args(&a);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < a.n; i++) {
+        if (i + TABLE_AHEAD < a.n) PREFETCH_READ(table + 8 * exact_home(keys[i + TABLE_AHEAD], buckets));
+        Py_ssize_t slot;
+        out[i] = (unsigned char)exact_find(table, buckets, keys[i], &slot);
+    }
+    Py_END_ALLOW_THREADS
+    release_table_args(&a);
     Py_RETURN_NONE;
+}
+
+static PyObject *
+exact_insert(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "exact_insert(table, keys, out) takes 3 arguments");
+        return NULL;
+    }
+    table_args a;
+    if (get_table_args("exact_insert", args[0], args[1], args[2], 1, 1, &a) < 0) return NULL;
+    uint64_t *table = a.table.buf;
+    const uint64_t *keys = a.rows.buf;
+    const uint64_t buckets = (uint64_t)(a.table.len / 64);
+    unsigned char *out = a.out.buf;
+    if (exact_keys_nonzero(keys, a.n) < 0) {
+        release_table_args(&a);
+        return NULL;
+    }
+    Py_ssize_t added = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < a.n; i++) {
+        if (i + TABLE_AHEAD < a.n) PREFETCH_WRITE(table + 8 * exact_home(keys[i + TABLE_AHEAD], buckets));
+        Py_ssize_t slot;
+        out[i] = 0;
+        if (exact_find(table, buckets, keys[i], &slot)) continue;
+        if (slot < 0) {
+            added = -1;
+            break;
+        }
+        table[slot] = keys[i];
+        out[i] = 1;
+        added++;
+    }
+    Py_END_ALLOW_THREADS
+    release_table_args(&a);
+    return PyLong_FromSsize_t(added);
 }
 
 #ifdef URLSIEVE_XXHASH
@@ -1669,27 +1971,35 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     unsigned char *flags = PyMem_Malloc((size_t)(n ? n : 1));
     unsigned char *buf = PyMem_Malloc(2 * (MAX_URL + 16));
     unsigned char *rewritten = buf == NULL ? NULL : buf + MAX_URL + 16;
-    PyObject *refs = PyList_GetSlice(urls, 0, n); /* keeps every string alive */
+    /* A run's text, copied with the GIL: hashed without it, the strings may go. */
+    unsigned char *copy = PyMem_Malloc(HASH_RUN_BYTES + MAX_URL);
     PyObject *result = NULL;
-    if (data == NULL || lens == NULL || flags == NULL || buf == NULL || refs == NULL) {
-        if (!PyErr_Occurred()) PyErr_NoMemory();
+    if (data == NULL || lens == NULL || flags == NULL || buf == NULL || copy == NULL) {
+        PyErr_NoMemory();
         goto done;
     }
     uint64_t *o = out.buf;
-    /* In runs of HASH_RUN URLs: their objects read with the GIL, then their text hashed
-       without it while it is still in cache. */
-    for (Py_ssize_t run = 0; run < n; run += HASH_RUN) {
-        Py_ssize_t end = run + HASH_RUN < n ? run + HASH_RUN : n;
-        for (Py_ssize_t k = run; k < end; k++) {
-            PyObject *url = PyList_GET_ITEM(refs, k);
-            if (k + PREFETCH < n) prefetch_str(PyList_GET_ITEM(refs, k + PREFETCH));
+    /* In runs of at most HASH_RUN URLs and HASH_RUN_BYTES of text: their text copied with
+       the GIL (the list is read only then: another thread may change it between runs),
+       then hashed without it while it is still in cache. */
+    for (Py_ssize_t run = 0, end; run < n; run = end) {
+        if (PyList_GET_SIZE(urls) < n) {
+            PyErr_SetString(PyExc_RuntimeError, "canonical_hashes: the list shrank during the call");
+            goto done;
+        }
+        size_t used = 0;
+        for (end = run; end < n && end - run < HASH_RUN && used < HASH_RUN_BYTES; end++) {
+            PyObject *url = PyList_GET_ITEM(urls, end);
+            if (end + PREFETCH < n) prefetch_str(PyList_GET_ITEM(urls, end + PREFETCH));
             if (PyUnicode_Check(url) && PyUnicode_IS_ASCII(url)
                 && PyUnicode_GET_LENGTH(url) <= MAX_URL) {
-                data[k] = PyUnicode_1BYTE_DATA(url);
-                lens[k] = PyUnicode_GET_LENGTH(url);
+                lens[end] = PyUnicode_GET_LENGTH(url);
+                memcpy(copy + used, PyUnicode_1BYTE_DATA(url), (size_t)lens[end]);
+                data[end] = copy + used;
+                used += (size_t)lens[end];
             } else {
-                data[k] = NULL;
-                lens[k] = -1;
+                data[end] = NULL;
+                lens[end] = -1;
             }
         }
         Py_BEGIN_ALLOW_THREADS
@@ -1738,7 +2048,7 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(at);
     }
 done:
-    Py_XDECREF(refs);
+    PyMem_Free(copy);
     PyMem_Free(data);
     PyMem_Free(lens);
     PyMem_Free(flags);
@@ -2281,12 +2591,20 @@ static PyMethodDef methods[] = {
      "fast_canonical(url, allow_query) -> str | None\n\n"
      "The canonical form of an already-canonical (or scheme-less canonical) URL,\n"
      "or None when the full canonicaliser must decide."},
-    {"bloom_fresh", (PyCFunction)(void (*)(void))bloom_fresh, METH_FASTCALL,
-     "bloom_fresh(bits, block, masks, h1, h2, out) -> int\n\n"
-     "Flag in out the URLs a batch adds (tested against the filter before the batch,\n"
-     "the first of identical fingerprints only); return how many."},
-    {"bloom_set", (PyCFunction)(void (*)(void))bloom_set, METH_FASTCALL,
-     "bloom_set(bits, block, masks, flags) -> None\n\nOR the masks of the flagged URLs in."},
+    {"bloom_test", (PyCFunction)(void (*)(void))bloom_test, METH_FASTCALL,
+     "bloom_test(bits, t, h, out) -> None\n\n"
+     "out[i]: whether the Bloom layer `bits` holds fingerprint row h[i] = (h1, h2)."},
+    {"bloom_insert", (PyCFunction)(void (*)(void))bloom_insert, METH_FASTCALL,
+     "bloom_insert(bits, t, h, out, count) -> int\n\n"
+     "Add the fingerprint rows h to the Bloom layer: out flags the fresh ones (tested\n"
+     "before the batch, the first of identical rows only); count[0] is raised by their\n"
+     "number before their bits are set; returns it."},
+    {"exact_lookup", (PyCFunction)(void (*)(void))exact_lookup, METH_FASTCALL,
+     "exact_lookup(table, keys, out) -> None\n\nout[i]: whether the exact table holds keys[i]."},
+    {"exact_insert", (PyCFunction)(void (*)(void))exact_insert, METH_FASTCALL,
+     "exact_insert(table, keys, out) -> int\n\n"
+     "Insert keys in order: out flags the new ones; returns how many, -1 when it\n"
+     "found the table full."},
 #ifdef URLSIEVE_XXHASH
     {"snapshot_match", (PyCFunction)(void (*)(void))snapshot_match, METH_FASTCALL,
      "snapshot_match(image, layout, urls, mask, out[, canonical[, rows, stride]]) -> None\n\n"

@@ -31,6 +31,9 @@ def _run(
         with BloomStore(str(path), capacity=3000, error=0.01) as store:
             flags = [store.add_fingerprints(b).copy() for b in batches]
             count = len(store)
+            # held and never added, across every layer the batches grew
+            probe = np.concatenate([*batches, _fingerprints(np.random.default_rng(99), 4000, 0)])
+            flags.append(store.contains_fingerprints(probe))
     return flags, count, path.read_bytes()
 
 
@@ -47,7 +50,8 @@ def test_compiled_insert_matches_the_numpy_reference(
         assert np.array_equal(got, want)
     assert count_c == count_np
     assert bytes_c == bytes_np  # same bits, same counts, same layers
-    assert not flags_c[-1].any()
+    assert not flags_c[-2].any()
+    assert flags_c[-1][:-4000].all() and not flags_c[-1][-4000:].all()
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
@@ -62,26 +66,59 @@ def test_a_fingerprint_twice_in_one_batch_is_new_once(
         assert len(store) == 3
 
 
-def _arrays(n: int = 3) -> tuple[np.ndarray, ...]:
+def test_compiled_calls_refuse_misuse() -> None:
     bits = np.zeros((4, 8), dtype=np.uint64)
-    block = np.zeros(n, dtype=np.int64)
-    masks = np.ones((n, 8), dtype=np.uint64)
-    h = np.arange(n, dtype=np.uint64)
-    return bits, block, masks, h, h.copy(), np.zeros(n, dtype=bool)
-
-
-def test_compiled_insert_refuses_mismatched_arrays() -> None:
-    bits, block, masks, h1, h2, out = _arrays()
-    with pytest.raises(ValueError, match="one row per URL"):
-        speedups.bloom_fresh(bits, block, masks[:2], h1, h2, out)
-    with pytest.raises(ValueError, match="whole 64-byte blocks"):
-        speedups.bloom_set(bits.reshape(-1)[:5], block, masks, out)
-    with pytest.raises(TypeError, match="expected 6 arguments"):
-        speedups.bloom_fresh(bits, block, masks, out)
-    block[1] = 4
-    with pytest.raises(IndexError, match="block 4 out of range"):
-        speedups.bloom_fresh(bits, block, masks, h1, h2, out)
+    h = np.arange(6, dtype=np.uint64).reshape(3, 2)
+    out = np.zeros(3, dtype=bool)
+    count = np.zeros(1, dtype=np.uint64)
+    with pytest.raises(ValueError, match="one bool a row"):
+        speedups.bloom_test(bits, 1, h[:2], out)
+    with pytest.raises(ValueError, match="whole 64-byte lines"):
+        speedups.bloom_insert(bits.reshape(-1)[:5], 1, h, out, count)
+    with pytest.raises(ValueError, match="whole 64-byte lines"):
+        speedups.bloom_test(np.zeros(0, dtype=np.uint64), 1, h, out)
+    with pytest.raises(ValueError, match="t is 1 or 2, not 3"):
+        speedups.bloom_test(bits, 3, h, out)
+    with pytest.raises(TypeError, match="takes 5 arguments"):
+        speedups.bloom_insert(bits, 1, h, out)
+    with pytest.raises(ValueError, match="count is one uint64"):
+        speedups.bloom_insert(bits, 1, h, out, np.zeros(2, dtype=np.uint64))
     with pytest.raises(ValueError, match="not C-contiguous"):
-        speedups.bloom_set(np.zeros((4, 16), dtype=np.uint64)[:, ::2], block, masks, out)
+        speedups.bloom_test(np.zeros((4, 16), dtype=np.uint64)[:, ::2], 1, h, out)
     with pytest.raises(BufferError, match="not writable"):
-        speedups.bloom_set(bytes(256), block, masks, out)
+        speedups.bloom_insert(bytes(256), 1, h, out, count)
+    with pytest.raises(BufferError, match="not writable"):
+        speedups.bloom_insert(bits, 1, h, out, bytes(8))
+    assert not bits.any() and not count.any()  # nothing was written by a refused call
+
+
+@pytest.mark.parametrize("t", [1, 2])
+def test_compiled_test_and_insert_match_the_numpy_masks(t: int) -> None:
+    rng = np.random.default_rng(t)
+    h = rng.integers(0, 2**64, size=(3000, 2), dtype=np.uint64)
+    blocks = 37  # not a power of two: the block is (h1 >> 32) * blocks >> 32
+    bits = np.zeros((blocks, 8), dtype=np.uint64)
+    count = np.zeros(1, dtype=np.uint64)
+    fresh = np.empty(len(h), dtype=bool)
+    added = speedups.bloom_insert(bits, t, h, fresh, count)
+    h1, h2 = h[:, 0].copy(), h[:, 1].copy()
+    want = np.zeros_like(bits)
+    for block, row in zip(
+        (((h1 >> np.uint64(32)) * np.uint64(blocks)) >> np.uint64(32)).tolist(),
+        bloom._masks(h1, h2, t),
+        strict=True,
+    ):
+        want[block] |= row
+    assert np.array_equal(bits, want)
+    assert added == int(count[0]) == int(fresh.sum()) == len(h)  # random rows: all distinct
+    seen = np.empty(len(h), dtype=bool)
+    speedups.bloom_test(bits, t, h, seen)
+    assert seen.all()
+    other = rng.integers(0, 2**64, size=(3000, 2), dtype=np.uint64)
+    speedups.bloom_test(bits, t, other, seen)
+    layer = bloom._Layer(0, 0, blocks, t, 1, 0.1, bits)
+    reference = bloom._covers(
+        bits.take(layer.block_of(other[:, 0].copy()), axis=0),
+        bloom._masks(other[:, 0].copy(), other[:, 1].copy(), t),
+    )
+    assert np.array_equal(seen, reference) and not seen.all()

@@ -160,6 +160,45 @@ def test_near_canonical_strings_agree(
     _same(compiled, text)
 
 
+# The compiled scan reads 64 bytes at a time (16 per vector): what matters sits across
+# those boundaries — a host ending at byte 64, a "//", "/." or "?" split by one, a bad
+# byte just past one, a host longer than 64 bytes (left to the per-byte scan).
+@st.composite
+def across_blocks(draw: st.DrawFn) -> str:
+    scheme = draw(st.sampled_from(["http://", "https://", ""]))
+    label = st.text("abcz09_-", min_size=1, max_size=70)
+    host = (
+        ".".join(draw(st.lists(label, min_size=1, max_size=4)))
+        + "."
+        + draw(st.sampled_from(["com", "a", "x9"]))
+    )
+    segments = draw(st.lists(st.text("ab.%2F~!", min_size=0, max_size=40), max_size=6))
+    text = scheme + host + "".join("/" + seg for seg in segments)
+    if draw(st.booleans()):
+        text += "?" + draw(st.text("a=&/?.\\%#", max_size=80))
+    # one edit at a block boundary of the part after the scheme (or anywhere)
+    block = len(scheme) + 16 * draw(st.integers(1, 8)) + draw(st.integers(-2, 1))
+    at = min(max(block, 0), len(text))
+    char = draw(
+        st.sampled_from(["", "/", ".", "?", "%", "#", " ", "\\", "A", "\x80", "ü", "//", "/."])
+    )
+    return text[:at] + char + text[at + (1 if draw(st.booleans()) else 0) :]
+
+
+@given(across_blocks())
+@example("http://" + "a" * 60 + ".com/x")
+@example("http://" + "a" * 57 + ".com//x")
+@example("http://" + "a" * 56 + ".com/.x")
+@example("http://" + "a" * 59 + ".com//x")  # "/" at byte 63 of the host's block, "/" at 64
+@example("http://" + "a" * 59 + ".com/.x")
+@example("http://" + "a" * 59 + ".com/x" + "/b" * 40 + "//c")
+@example("a" * 63 + "b")
+def test_strings_across_the_scan_blocks_agree(
+    compiled: Callable[[str, bool], str | None], text: str
+) -> None:
+    _same(compiled, text)
+
+
 @given(st.one_of(st.text(), URLISH))
 def test_arbitrary_strings_agree(compiled: Callable[[str, bool], str | None], text: str) -> None:
     _same(compiled, text)

@@ -196,26 +196,33 @@ class _Layer:
 
 
 class _MaskCache:
-    """The masks of a batch, computed once per ``t`` that its layers use."""
+    """The masks of a batch (numpy reference only), computed once per ``t`` its layers use."""
 
-    def __init__(self, h1: U64, h2: U64) -> None:
-        self._h1, self._h2 = h1, h2
+    def __init__(self, h: U64) -> None:
+        self._h = h
         self._by_t: dict[int, U64] = {}
 
     def of(self, layer: _Layer) -> U64:
         masks = self._by_t.get(layer.t)
         if masks is None:
-            masks = self._by_t[layer.t] = _masks(self._h1, self._h2, layer.t)
+            h1, h2 = np.ascontiguousarray(self._h[:, 0]), np.ascontiguousarray(self._h[:, 1])
+            masks = self._by_t[layer.t] = _masks(h1, h2, layer.t)
         return masks
 
 
-def _halves(fps: npt.ArrayLike) -> tuple[U64, U64]:
-    arr = np.asarray(fps, dtype=np.uint64).reshape(-1, 2)
-    return np.ascontiguousarray(arr[:, 0]), np.ascontiguousarray(arr[:, 1])
+def _rows(fps: npt.ArrayLike) -> U64:
+    """Fingerprints as a C-contiguous (n, 2) uint64 array of ``(h1, h2)`` rows."""
+    rows: U64 = np.ascontiguousarray(np.asarray(fps, dtype=np.uint64).reshape(-1, 2))
+    return rows
 
 
-def _test(layer: _Layer, h1: U64, masks: U64) -> Flags:
-    return _covers(layer.bits.take(layer.block_of(h1), axis=0), masks)
+def _test(layer: _Layer, h: U64, masks: _MaskCache, where: Blocks) -> Flags:
+    """Whether ``layer`` holds each fingerprint row of ``h`` (the batch's rows ``where``)."""
+    if speedups is None:
+        return _covers(layer.bits.take(layer.block_of(h[:, 0]), axis=0), masks.of(layer)[where])
+    out = np.empty(len(h), dtype=bool)
+    speedups.bloom_test(layer.bits, layer.t, h, out)
+    return out
 
 
 def _pack_layer(offset: int, blocks: int, t: int, capacity: int, error: float) -> bytes:
@@ -406,52 +413,53 @@ class BloomStore(MappedStore):
 
     def contains_fingerprints(self, fps: npt.ArrayLike) -> Flags:
         """Membership of 128-bit fingerprints given as an (n, 2) array of ``(h1, h2)`` halves."""
-        h1, h2 = _halves(fps)
-        masks = _MaskCache(h1, h2)
-        seen = np.zeros(len(h1), dtype=bool)
+        h = _rows(fps)
+        masks = _MaskCache(h)
+        seen = np.zeros(len(h), dtype=bool)
         with self._reading:
             for layer in self._layers:
                 todo = np.flatnonzero(~seen)
                 if not todo.size:
                     break
-                seen[todo] = _test(layer, h1[todo], masks.of(layer)[todo])
+                seen[todo] = _test(layer, h if todo.size == len(h) else h[todo], masks, todo)
         return seen
 
     def add_fingerprints(self, fps: npt.ArrayLike) -> Flags:
         """Add 128-bit fingerprints ((n, 2) array); True where reported new (once per repeat)."""
-        h1, h2 = _halves(fps)
-        masks = _MaskCache(h1, h2)
-        new = np.zeros(len(h1), dtype=bool)
-        if not len(h1):
+        h = _rows(fps)
+        masks = _MaskCache(h)
+        new = np.zeros(len(h), dtype=bool)
+        if not len(h):
             return new
         with self._writing:
-            seen = np.zeros(len(h1), dtype=bool)
+            seen = np.zeros(len(h), dtype=bool)
             for layer in self._layers[:-1]:
                 todo = np.flatnonzero(~seen)
-                seen[todo] = _test(layer, h1[todo], masks.of(layer)[todo])
+                seen[todo] = _test(layer, h[todo], masks, todo)
             pending = np.flatnonzero(~seen)
             while pending.size:
                 layer = self._layers[-1]
                 room = layer.capacity - int(self._mv[layer.count_word])
                 if room <= 0:
                     # The full layer was not tested yet: what it holds is not new.
-                    hit = _test(layer, h1[pending], masks.of(layer)[pending])
+                    hit = _test(layer, h[pending], masks, pending)
                     pending = pending[~hit]
                     if pending.size:
                         self._add_layer()
                     continue
                 part, pending = pending[:room], pending[room:]
-                if len(part) == len(h1):  # the whole batch: no copies
-                    new = self._insert(layer, h1, h2, masks.of(layer))
+                if len(part) == len(h):  # the whole batch: no copies
+                    new = self._insert(layer, h, masks, part)
                     continue
-                new[part] = self._insert(layer, h1[part], h2[part], masks.of(layer)[part])
+                new[part] = self._insert(layer, h[part], masks, part)
                 if pending.size:  # what this part set may cover later URLs of the batch
-                    hit = _test(layer, h1[pending], masks.of(layer)[pending])
+                    hit = _test(layer, h[pending], masks, pending)
                     pending = pending[~hit]
         return new
 
-    def _insert(self, layer: _Layer, h1: U64, h2: U64, masks: U64) -> Flags:
-        """Insert a batch into ``layer``; True for each URL it did not hold before the batch.
+    def _insert(self, layer: _Layer, h: U64, masks: _MaskCache, where: Blocks) -> Flags:
+        """Insert the fingerprint rows ``h`` (the batch's rows ``where``) into ``layer``;
+        True for each row it did not hold before the batch.
 
         The batch is tested against the layer as it was before it (URLs of one
         batch never make each other look seen, unless they are the same URL:
@@ -459,15 +467,10 @@ class BloomStore(MappedStore):
         built; :meth:`_insert_numpy` is the reference it is tested against.
         """
         if speedups is None:
-            return self._insert_numpy(layer, h1, h2, masks)
-        blocks = layer.block_of(h1).astype(np.int64, copy=False)
-        masks = np.ascontiguousarray(masks, dtype=np.uint64)
-        h1, h2 = np.ascontiguousarray(h1), np.ascontiguousarray(h2)
-        fresh = np.empty(len(h1), dtype=bool)
-        added = speedups.bloom_fresh(layer.bits, blocks, masks, h1, h2, fresh)
-        self._mv[layer.count_word] += added  # the count first: see the module doc
-        if added:
-            speedups.bloom_set(layer.bits, blocks, masks, fresh)
+            return self._insert_numpy(layer, h[:, 0], h[:, 1], masks.of(layer)[where])
+        fresh = np.empty(len(h), dtype=bool)
+        count = self._words[layer.count_word : layer.count_word + 1]
+        speedups.bloom_insert(layer.bits, layer.t, h, fresh, count)  # the count first
         return fresh
 
     def _insert_numpy(self, layer: _Layer, h1: U64, h2: U64, masks: U64) -> Flags:

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
+from urlsieve._accel import speedups
 from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.fingerprint import fingerprint64, fingerprint_array64
 from urlsieve.seen._files import fsync_dir, os_error
@@ -304,6 +305,9 @@ class ExactStore(MappedStore):
         if not len(keys):
             return out
         keys = np.where(keys == 0, np.uint64(1), keys)
+        if speedups is not None:
+            self._insert_compiled(keys, out)
+            return out
         order = np.argsort(keys)  # sorted keys have sorted home buckets: see probe()
         ordered = keys[order]
         starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
@@ -319,6 +323,31 @@ class ExactStore(MappedStore):
                 continue
         out[first[new]] = True
         return out
+
+    def _insert_compiled(self, keys: U64, out: Flags) -> None:
+        """:meth:`add_fingerprints` compiled: the keys go in in order, so the first of
+        repeats is the new one. As in :meth:`_insert`, a batch that would pass the load
+        limit grows the table first, so a full disk adds nothing of it."""
+        assert speedups is not None
+        while True:
+            try:
+                with self._writing:
+                    count = int(self._mv[W_COUNT])
+                    if count + len(keys) > self._limit:
+                        found = np.empty(len(keys), dtype=bool)
+                        speedups.exact_lookup(self._table, keys, found)
+                        missing = len(keys) - int(np.count_nonzero(found))  # repeats: more
+                        if count + missing > self._limit:
+                            self._grow(missing)
+                    added = speedups.exact_insert(self._table, keys, out)
+                    if added < 0:
+                        raise StoreCorrupt(
+                            f"{self._path}: exact table has no free slot; rebuild the store"
+                        )
+                    self._mv[W_COUNT] = count + added
+                return
+            except _Regrown:
+                continue
 
     def _insert(self, keys: U64) -> Flags:
         count = int(self._mv[W_COUNT])
@@ -352,7 +381,11 @@ class ExactStore(MappedStore):
         keys = np.asarray(keys, dtype=np.uint64)
         keys = np.where(keys == 0, np.uint64(1), keys)
         with self._reading:
-            return probe(self._table, keys, insert=False)
+            if speedups is None:
+                return probe(self._table, keys, insert=False)
+            out = np.empty(len(keys), dtype=bool)
+            speedups.exact_lookup(self._table, keys, out)
+            return out
 
     def __len__(self) -> int:
         with self._reading:
