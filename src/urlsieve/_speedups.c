@@ -1010,7 +1010,7 @@ typedef struct {
     const unsigned char *base;
     Py_ssize_t size;
     const uint64_t *hosts, *exprs;
-    uint64_t host_mask, expr_mask;
+    uint64_t host_slots, expr_slots;
     const uint32_t *postings;
     uint64_t n_postings;
     const unsigned char *rules;
@@ -1029,15 +1029,23 @@ h64(const unsigned char *p, size_t n)
     return h ? h : 1;
 }
 
-static uint64_t
-probe(const uint64_t *table, uint64_t mask, uint64_t key)
+/* A key's home slot in a table of `slots` (at most 2**32) slots: the top 32 bits of the
+   key scaled to the table (match/snapshot.py's _home), so any slot count works. */
+static inline uint64_t
+slot_home(uint64_t key, uint64_t slots)
 {
-    uint64_t i = key & mask;
-    for (uint64_t tries = 0; tries <= mask; tries++) {
+    return ((key >> 32) * slots) >> 32;
+}
+
+static uint64_t
+probe(const uint64_t *table, uint64_t slots, uint64_t key)
+{
+    uint64_t i = slot_home(key, slots);
+    for (uint64_t tries = 0; tries < slots; tries++) {
         uint64_t slot = table[2 * i];
         if (slot == key) return table[2 * i + 1];
         if (slot == 0) return 0;
-        i = (i + 1) & mask;
+        if (++i == slots) i = 0;
     }
     return 0;
 }
@@ -1190,7 +1198,7 @@ match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans *sp
         if (level_stored(im, labels)) {
             const unsigned char *host = buf + start;
             size_t host_len = (size_t)(hl - start);
-            uint64_t depths = probe(im->hosts, im->host_mask, h64(host, host_len));
+            uint64_t depths = probe(im->hosts, im->host_slots, h64(host, host_len));
             if (depths) {
                 int64_t best_rank = -1, best_id = -1;
                 /* the query expression, the path, then each prefix ending at a "/" */
@@ -1200,7 +1208,7 @@ match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans *sp
                 for (;;) {
                     if (depths & bit) {
                         size_t elen = host_len + (size_t)(end < 0 ? pl + 1 + ql : end);
-                        uint64_t value = probe(im->exprs, im->expr_mask, h64(host, elen));
+                        uint64_t value = probe(im->exprs, im->expr_slots, h64(host, elen));
                         if (value) {
                             uint64_t first = value >> COUNT_BITS;
                             uint64_t count = value & ((1u << COUNT_BITS) - 1);
@@ -1263,10 +1271,11 @@ image_open(const Py_buffer *img, PyObject *layout, image *im)
         if (v[k] == (uint64_t)-1 && PyErr_Occurred()) return 0;
     }
     uint64_t size = (uint64_t)img->len;
-    /* sections: (offset, bytes) inside the image, 8-byte aligned; tables powers of two */
+    /* sections: (offset, bytes) inside the image, 8-byte aligned; tables of 1 .. 2**32
+       slots */
     uint64_t sect[5][2] = {{v[0], v[1] * 16}, {v[2], v[3] * 16}, {v[4], v[5] * 4},
                            {v[6], v[7] * 32}, {v[8], v[9]}};
-    int bad = v[1] == 0 || v[3] == 0 || (v[1] & (v[1] - 1)) || (v[3] & (v[3] - 1))
+    int bad = v[1] == 0 || v[3] == 0 || v[1] > (UINT64_C(1) << 32) || v[3] > (UINT64_C(1) << 32)
               || v[1] > size || v[3] > size || v[5] > size || v[7] > size;
     for (int k = 0; !bad && k < 5; k++) {
         bad = sect[k][0] % 8 || sect[k][0] > size || sect[k][1] > size - sect[k][0];
@@ -1278,8 +1287,8 @@ image_open(const Py_buffer *img, PyObject *layout, image *im)
     const unsigned char *base = img->buf;
     *im = (image){
         .base = base, .size = img->len,
-        .hosts = (const uint64_t *)(base + v[0]), .host_mask = v[1] - 1,
-        .exprs = (const uint64_t *)(base + v[2]), .expr_mask = v[3] - 1,
+        .hosts = (const uint64_t *)(base + v[0]), .host_slots = v[1],
+        .exprs = (const uint64_t *)(base + v[2]), .expr_slots = v[3],
         .postings = (const uint32_t *)(base + v[4]), .n_postings = v[5],
         .rules = base + v[6], .n_rules = v[7],
         .strings = base + v[8], .strings_len = v[9],
@@ -1314,7 +1323,7 @@ prefetch_hosts(const image *im, const unsigned char *s, Py_ssize_t n, spans *sp)
     do { /* the levels of match_one, in its order */
         if (level_stored(im, labels)) {
             uint64_t key = h64(host + start, (size_t)(hl - start));
-            PREFETCH_READ(im->hosts + 2 * (key & im->host_mask));
+            PREFETCH_READ(im->hosts + 2 * slot_home(key, im->host_slots));
         }
     } while (parent_level(host, hl, sp->is_ip, &start, &labels));
     return 1;
@@ -2421,11 +2430,11 @@ table_place(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int64_t *pending = NULL;
     int64_t *position = NULL;
     unsigned char *occupied = NULL;
-    if (kb.len % 8 || vb.len != kb.len || tb.len % 16 || slots < 1 || (slots & (slots - 1))
-        || n > slots) {
+    if (kb.len % 8 || vb.len != kb.len || tb.len % 16 || slots < 1
+        || (uint64_t)slots > (UINT64_C(1) << 32) || n > slots) {
         PyErr_SetString(PyExc_ValueError,
-                        "table_place: keys and values hold n uint64, table 2 * slots (a power "
-                        "of two, at least n)");
+                        "table_place: keys and values hold n uint64, table 2 * slots (at least "
+                        "n, at most 2**32)");
         goto done;
     }
     pending = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *pending);
@@ -2439,10 +2448,9 @@ table_place(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     uint64_t *table = tb.buf;
     Py_BEGIN_ALLOW_THREADS
     memset(table, 0, (size_t)tb.len);
-    uint64_t mask = (uint64_t)slots - 1;
     for (Py_ssize_t k = 0; k < n; k++) {
         pending[k] = k;
-        position[k] = (int64_t)(keys[k] & mask);
+        position[k] = (int64_t)slot_home(keys[k], (uint64_t)slots);
     }
     Py_ssize_t left = n;
     while (left > 0) {
@@ -2454,7 +2462,7 @@ table_place(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 table[2 * at] = keys[k];
                 table[2 * at + 1] = values[k];
             } else {
-                position[k] = (int64_t)(((uint64_t)at + 1) & mask);
+                position[k] = at + 1 == slots ? 0 : at + 1;
                 pending[kept++] = k;
             }
         }

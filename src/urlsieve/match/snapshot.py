@@ -16,6 +16,8 @@ Layout (little-endian, sections 64-byte aligned)::
               the pre-check; a host with no rule costs one probe
     exprs     open-addressing table of (xxh3-64(host + path[?query]), postings) u64
               pairs, postings = first << 16 | count into the postings array
+              (both tables linear probing, 0 = empty, 60 % full, of any size: a
+              key's home slot is its top 32 bits scaled to the table, ``_home``)
     postings  u32 rule ids, grouped by expression, ascending within a group
     rules     32-byte records: string offset, lengths of pattern/host/path/query,
               source id, line, category id, flags (allow, exact host, anchored, ip)
@@ -51,6 +53,7 @@ either the old file or the new one, never a half-written one.
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
 import struct
@@ -89,7 +92,8 @@ __all__ = [
 MAGIC = b"URLSNAP\x00"
 # 2: rule paths and queries are stored lower-case
 # 3: one rule per (key, category), categories chosen per request; 16-bit posting counts
-FORMAT_VERSION = 3
+# 4: tables of any size (60 % full; a key's home slot is its top 32 bits scaled)
+FORMAT_VERSION = 4
 
 # magic, version, header size, file size, body checksum, created, rules,
 # host slots, expr slots, postings count, offsets: hosts, exprs, postings, rules,
@@ -198,11 +202,16 @@ def _path_candidates(path: str, query: str | None) -> list[tuple[int, int, bool]
 
 
 def _slots(n: int) -> int:
-    """The slot count of a table of ``n`` keys: a power of two, at most 60 % full."""
-    slots = 8
-    while slots * _MAX_LOAD < n:
-        slots *= 2
-    return slots
+    """The slot count of a table of ``n`` keys: 60 % full (any count: see :func:`_home`)."""
+    return max(8, math.ceil(n / _MAX_LOAD))
+
+
+def _home(keys: Any, slots: int) -> Any:
+    """A key's home slot (keys an int or a uint64 array): its top 32 bits scaled to the
+    table, so a table needs no power-of-two size (at most 2**32 slots)."""
+    if isinstance(keys, int):
+        return ((keys >> 32) * slots) >> 32
+    return ((keys >> np.uint64(32)) * np.uint64(slots)) >> np.uint64(32)
 
 
 def _table(keys: np.ndarray, values: np.ndarray, table: np.ndarray | None = None) -> np.ndarray:
@@ -230,10 +239,9 @@ def _table(keys: np.ndarray, values: np.ndarray, table: np.ndarray | None = None
 
 def _table_rounds(keys: np.ndarray, values: np.ndarray, table: np.ndarray) -> np.ndarray:
     slots = len(table) // 2
-    mask = np.uint64(slots - 1)
     table[:] = 0
     occupied = np.zeros(slots, dtype=bool)
-    position = (keys & mask).astype(np.int64)
+    position = _home(np.asarray(keys, dtype=np.uint64), slots).astype(np.int64)
     pending = np.arange(len(keys), dtype=np.int64)
     while pending.size:
         at = position[pending]
@@ -246,7 +254,7 @@ def _table_rounds(keys: np.ndarray, values: np.ndarray, table: np.ndarray) -> np
         placed = np.zeros(len(keys), dtype=bool)
         placed[winners] = True
         pending = pending[~placed[pending]]
-        position[pending] = (position[pending] + 1) & (slots - 1)
+        position[pending] = (position[pending] + 1) % slots
     return table
 
 
@@ -292,6 +300,42 @@ class SnapshotInfo:
         }
 
 
+class _KeySet:
+    """The 64-bit keys a builder has seen: how many of a batch are new.
+
+    Compiled, an open-addressing table of the keys themselves (the exact store's,
+    ``exact_insert``), 8 bytes a slot at most 85 % full: a set of Python ints costs
+    about 70 bytes a key, which was the largest part of a compile's peak memory.
+    Without the extension, that set (the reference).
+    """
+
+    _MAX_LOAD = 0.85
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._table = np.zeros((8, 8), dtype=np.uint64) if speedups is not None else None
+        self._set: set[int] = set()
+
+    def __len__(self) -> int:
+        return self._count if self._table is not None else len(self._set)
+
+    def add_many(self, keys: np.ndarray) -> int:
+        """Add uint64 ``keys``; how many were not in the set (repeats in ``keys``: once)."""
+        if self._table is None:
+            before = len(self._set)
+            self._set.update(keys.tolist())
+            return len(self._set) - before
+        assert speedups is not None
+        keys = np.where(keys == 0, np.uint64(1), keys)  # 0 marks an empty slot (1 is 0's twin)
+        while (self._count + len(keys)) > self._MAX_LOAD * self._table.size:
+            old = self._table[self._table != 0]
+            self._table = np.zeros((max(8, 2 * len(self._table)), 8), dtype=np.uint64)
+            speedups.exact_insert(self._table, old, np.empty(len(old), dtype=bool))
+        added = int(speedups.exact_insert(self._table, keys, np.empty(len(keys), dtype=bool)))
+        self._count += added
+        return added
+
+
 class SnapshotBuilder:
     """Rules in, an image out; :meth:`add` keeps a rule as a few array entries, not an object.
 
@@ -318,7 +362,7 @@ class SnapshotBuilder:
         self._host_depths = 0
         self._sources: dict[str, int] = {}
         self._categories: dict[str, int] = {}
-        self._seen: set[int] = set()
+        self._seen = _KeySet()
         self._built = False
 
     def __len__(self) -> int:
@@ -386,10 +430,7 @@ class SnapshotBuilder:
             self._host_hash.frombytes(host_hash)
             self._host_bits.frombytes(host_bits)
             self._host_depths |= depths
-        seen = self._seen
-        before = len(seen)
-        seen.update(np.frombuffer(keys, np.uint64).tolist())
-        new = len(seen) - before
+        new = self._seen.add_many(np.frombuffer(keys, np.uint64))
         return end, lines, comments, new, rules - new
 
     def add(self, rule: Rule) -> bool:
@@ -460,10 +501,7 @@ class SnapshotBuilder:
                 _QUERY_BIT if query_text is not None else 1 << _depth(expression[n_host:])
             )
         # Seen by a 64-bit hash: a collision only miscounts a report, no rule is lost.
-        seen = self._seen
-        before = len(seen)
-        seen.add(_h(key))
-        return len(seen) != before
+        return self._seen.add_many(np.array([_h(key)], dtype=np.uint64)) == 1
 
     def _exact_key(self, rule_id: int) -> tuple[bytes, int, int]:
         """What a rule matches and its category, read back (for a dedup-hash collision)."""
@@ -515,7 +553,7 @@ class SnapshotBuilder:
         if self._built:
             raise RuntimeError("this SnapshotBuilder has built its image already")
         self._built = True
-        self._seen = set()
+        self._seen = _KeySet()
         keep = self._kept()
         n_total = len(self)
         new_id = np.cumsum(keep, dtype=np.int64) - 1
@@ -818,8 +856,8 @@ class SnapshotMatcher:
             if offset < _HEADER_SIZE or offset % 8 or offset + length > size:
                 raise SnapshotError(where, "corrupt: a section lies outside the file")
         for slots in (header.host_slots, header.expr_slots):
-            if not slots or slots & (slots - 1):
-                raise SnapshotError(where, "corrupt: a table size is not a power of two")
+            if not 1 <= slots <= 1 << 32:
+                raise SnapshotError(where, f"corrupt: a table of {slots:,} slots")
         try:
             meta = json.loads(mm[meta_off : meta_off + header.meta_len])
             sources = [str(s) for s in meta["sources"]]
@@ -831,8 +869,8 @@ class SnapshotMatcher:
         self._hosts = view[hosts_off : hosts_off + header.host_slots * 16].cast("Q")
         self._exprs = view[exprs_off : exprs_off + header.expr_slots * 16].cast("Q")
         self._postings = view[postings_off : postings_off + header.postings * 4].cast("I")
-        self._host_mask = header.host_slots - 1
-        self._expr_mask = header.expr_slots - 1
+        self._host_slots = header.host_slots
+        self._expr_slots = header.expr_slots
         self._rules_off = rules_off
         self._strings_off = strings_off
         self._host_depths = header.host_depths
@@ -942,17 +980,17 @@ class SnapshotMatcher:
     # -- lookups ---------------------------------------------------------------------------
 
     @staticmethod
-    def _probe(table: memoryview, mask: int, text: str) -> int:
+    def _probe(table: memoryview, slots: int, text: str) -> int:
         """The value stored for ``text`` in an open-addressing table (0: absent)."""
         key = _hs(text)
-        i = key & mask
-        for _ in range(mask + 1):
+        i = _home(key, slots)
+        for _ in range(slots):
             slot = table[2 * i]
             if slot == key:
                 return int(table[2 * i + 1])
             if slot == 0:
                 return 0
-            i = (i + 1) & mask
+            i = i + 1 if i + 1 < slots else 0
         return 0
 
     def _record(self, rule_id: int) -> tuple[int, int, int, int, int, int, int, int, int]:
@@ -1065,7 +1103,7 @@ class SnapshotMatcher:
             if not host_depths >> min(labels, 63) & 1 and (level or probes is None):
                 continue  # no rule has a host with this many labels (the URL's own is shown)
             host = full_host[start:]
-            depths = self._probe(self._hosts, self._host_mask, host)
+            depths = self._probe(self._hosts, self._host_slots, host)
             if not depths:
                 if probes is not None:
                     probes.append(f"{host} (no rules for this host)")
@@ -1080,7 +1118,7 @@ class SnapshotMatcher:
                 expr = host + suffix
                 if probes is not None:
                     probes.append(expr)
-                value = self._probe(self._exprs, self._expr_mask, expr)
+                value = self._probe(self._exprs, self._expr_slots, expr)
                 if not value:
                     continue
                 first, count = value >> _COUNT_BITS, value & ((1 << _COUNT_BITS) - 1)
