@@ -2203,11 +2203,12 @@ snapshot_verdicts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyTuple_SET_ITEM(verdict, 0, action);
         PyTuple_SET_ITEM(verdict, 1, rule);
         PyTuple_SET_ITEM(verdict, 2, form);
-        if (atomic_items(verdict)) {
-            /* It can be in no reference cycle: what CPython does for such a tuple, here for
-               the subclass it skips, so that the collector is not run over every verdict. */
-            PyObject_GC_UnTrack(verdict);
-        }
+        /* It can be in no reference cycle: what CPython does for such a tuple, here for
+           the subclass it skips, so that the collector is not run over every verdict. A
+           rule snapshot_rules untracked is known atomic without a look at its fields. */
+        int atomic = !PyObject_IS_GC(action) && !PyObject_IS_GC(form)
+                     && (rule == Py_None || !PyObject_GC_IsTracked(rule));
+        if (atomic || atomic_items(verdict)) PyObject_GC_UnTrack(verdict);
         PyList_SET_ITEM(out, k, verdict);
     }
     PyObject *result = PyTuple_Pack(2, out, missing);
@@ -2583,6 +2584,7 @@ snapshot_rules(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto fail;
         }
         for (int j = 0; j < 12; j++) PyTuple_SET_ITEM(rule, j, f[j]);
+        if (atomic_items(rule)) PyObject_GC_UnTrack(rule); /* as for a verdict, below */
         PyList_SetItem(out, k, rule); /* drops the None */
     }
     goto done;

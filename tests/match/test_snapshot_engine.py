@@ -3,6 +3,7 @@ per request, and the C entry point's refusal of misuse."""
 
 from __future__ import annotations
 
+import gc
 import random
 from typing import Any
 
@@ -363,8 +364,6 @@ def test_check_many_verdicts_equal_the_python_loop(
     or built for the missing positions; no verdict made in C is left to the collector."""
     if not hasattr(speedups, "snapshot_verdicts"):
         missing("urlsieve._speedups was not built: no compiled verdicts")
-    import gc
-
     matcher = SnapshotMatcher.from_rules(rules_from(patterns, seed))
     want = _python_check_many(monkeypatch, matcher, urls)
     if not cached:
@@ -406,8 +405,6 @@ def test_compiled_verdicts_refuse_misuse() -> None:
     with pytest.raises(TypeError):
         fn([0], ["a"], {}, Verdict, "none")
     # A verdict holding a mutable object stays tracked (it could be in a cycle).
-    import gc
-
     (odd,), _ = fn([0], [["a list"]], {0: rule}, Verdict, "none", 1)
     assert gc.is_tracked(odd)
 
@@ -457,4 +454,11 @@ def test_rules_read_in_c_equal_the_python_reader(patterns: list[str], seed: int)
             continue
         assert type(rule) is Rule and tuple(rule) == tuple(want)
         assert [type(f) for f in rule] == [type(f) for f in want]
+        # untracked (no field can hold a cycle): its verdicts are untracked without a
+        # look at its fields, and such a verdict can still be let go by refcount alone
+        assert not gc.is_tracked(rule)
+        (verdict,), _ = speedups.snapshot_verdicts(  # type: ignore[union-attr]
+            [rule_id], ["http://x.example/"], {rule_id: rule}, Verdict, "none", 1
+        )
+        assert not gc.is_tracked(verdict) and verdict.rule is rule
     assert [matcher.rule(i) for i in ids] == [matcher._rule_py(i) for i in ids]
