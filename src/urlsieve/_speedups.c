@@ -522,17 +522,34 @@ escape_inplace(unsigned char *p, Py_ssize_t n, Py_ssize_t cap)
     return n + extra;
 }
 
-/* Writes the rewritten URL to out (room for REWRITE_CAP bytes); returns its length, or -1. */
+/* What a rewrite may do beyond the filter profile's default. */
+enum {
+    /* s is the UTF-8 of a str (path.py's to_bytes), whose bytes above 0x7F the path and
+       the query may hold: they are escaped, as the escapes of the same bytes are. Without
+       it, or in the scheme and the authority (IDN, userinfo), such a byte is Python's. */
+    REWRITE_HIGH = 1,
+    /* the profile keeps a port (the crawler's): a URL with one is left to Python */
+    REWRITE_KEEP_PORT = 2,
+};
+
+/* Writes the rewritten URL to out (room for REWRITE_CAP bytes); returns its length, or -1.
+   how: REWRITE_* flags. */
 static Py_ssize_t
-rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out)
+rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out, int how)
 {
+    const int high = how & REWRITE_HIGH;
     Py_ssize_t i = 0, o = 0;
     /* url/parse.py's _split: a fragment goes; "\\" reads as "/" before the query */
     const unsigned char *fragment = memchr(s, '#', (size_t)n);
     if (fragment != NULL) n = fragment - s;
     int in_query = 0;
+    Py_ssize_t first_high = n;
     for (Py_ssize_t j = 0; j < n; j++) {
-        if (s[j] < 0x21 || s[j] >= 0x7F || (in_query && s[j] == '\\')) return -1;
+        if (s[j] < 0x21 || s[j] == 0x7F || (in_query && s[j] == '\\')) return -1;
+        if (s[j] > 0x7F) {
+            if (!high) return -1;
+            if (first_high == n) first_high = j;
+        }
         in_query |= s[j] == '?';
     }
     /* the scheme: one of the five, any case, then "://" (not a third "/") */
@@ -568,11 +585,13 @@ rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out)
     /* the authority: up to "/", "\\" or "?"; userinfo (up to the last "@") dropped */
     Py_ssize_t a0 = i, a1 = i;
     while (a1 < n && s[a1] != '/' && s[a1] != '\\' && s[a1] != '?') a1++;
+    if (first_high < a1) return -1; /* in the scheme or the authority */
     for (Py_ssize_t j = a0; j < a1; j++) {
         if (s[j] == '@') i = j + 1;
     }
     Py_ssize_t h0 = i, h1 = i;
     while (h1 < a1 && s[h1] != ':') h1++;
+    if (h1 < a1 && (how & REWRITE_KEEP_PORT)) return -1;
     if (h1 < a1) { /* a port: digits, at most 65535 once leading zeros go; then dropped */
         Py_ssize_t p = h1 + 1;
         while (p < a1 && s[p] == '0') p++;
@@ -595,7 +614,7 @@ rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out)
             if (last_dot) continue;
             last_dot = 1;
         } else {
-            if (!(cls[c] & HOST)) return -1;
+            if (c >= 128 || !(cls[c] & HOST)) return -1;
             last_dot = 0;
         }
         out[o++] = c;
@@ -631,14 +650,14 @@ rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out)
    and *len set to the canonical-form bytes' source (s or buf), 0 for the Python path. */
 static int
 scan_or_rewrite(const unsigned char *s, Py_ssize_t n, int allow_query, unsigned char *buf,
-                const unsigned char **text, Py_ssize_t *len, spans *sp)
+                const unsigned char **text, Py_ssize_t *len, spans *sp, int how)
 {
-    if (scan_canonical(s, n, allow_query, sp)) {
+    if (!(how & REWRITE_HIGH) && scan_canonical(s, n, allow_query, sp)) {
         *text = s;
         *len = n;
         return 1;
     }
-    Py_ssize_t m = rewrite_near_canonical(s, n, buf);
+    Py_ssize_t m = rewrite_near_canonical(s, n, buf, how);
     if (m < 0 || !scan_canonical(buf, m, allow_query, sp)) return 0;
     *text = buf;
     *len = m;
@@ -1308,7 +1327,7 @@ match_url(const image *im, const unsigned char *s, Py_ssize_t n, unsigned char *
           unsigned char *rewritten, const unsigned char **text, Py_ssize_t *len, spans *sp)
 {
     if (n > MAX_URL - 8) return -2;
-    if (!scan_or_rewrite(s, n, 1, rewritten, text, len, sp)) return -2;
+    if (!scan_or_rewrite(s, n, 1, rewritten, text, len, sp, 0)) return -2;
     return match_one(im, *text, *len, sp, buf);
 }
 
@@ -1946,13 +1965,45 @@ done:
  * positions of the other URLs, which the caller fingerprints in Python. The loop over
  * the URLs' bytes runs without the GIL.
  */
+/* The bytes path.py's to_bytes gives for a str of at most MAX_URL / 4 code points, into
+   out: UTF-8, U+DC80..U+DCFF as the bytes 0x80..0xFF they stand for, another surrogate
+   as its three UTF-8-style bytes. Returns the length. */
+static Py_ssize_t
+url_bytes(PyObject *text, unsigned char *out)
+{
+    const int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t o = 0;
+    for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(text); i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 0x80) {
+            out[o++] = (unsigned char)c;
+        } else if (c < 0x800) {
+            out[o++] = (unsigned char)(0xC0 | c >> 6);
+            out[o++] = (unsigned char)(0x80 | (c & 0x3F));
+        } else if (c >= 0xDC80 && c <= 0xDCFF) {
+            out[o++] = (unsigned char)(c - 0xDC00);
+        } else if (c < 0x10000) {
+            out[o++] = (unsigned char)(0xE0 | c >> 12);
+            out[o++] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
+            out[o++] = (unsigned char)(0x80 | (c & 0x3F));
+        } else {
+            out[o++] = (unsigned char)(0xF0 | c >> 18);
+            out[o++] = (unsigned char)(0x80 | ((c >> 12) & 0x3F));
+            out[o++] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
+            out[o++] = (unsigned char)(0x80 | (c & 0x3F));
+        }
+    }
+    return o;
+}
+
 static PyObject *
 canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError,
-                        "canonical_hashes(urls, allow_query, bits, out) takes 4 arguments");
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "canonical_hashes(urls, allow_query, bits, out, "
+                                         "keep_port) takes 5 arguments");
         return NULL;
     }
     PyObject *urls = args[0];
@@ -1962,6 +2013,8 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     int allow_query = PyObject_IsTrue(args[1]);
     if (allow_query < 0) return NULL;
+    int keep_port = PyObject_IsTrue(args[4]);
+    if (keep_port < 0) return NULL;
     long bits = PyLong_AsLong(args[2]);
     if (bits == -1 && PyErr_Occurred()) return NULL;
     Py_buffer out;
@@ -1978,12 +2031,14 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const unsigned char **data = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*data));
     Py_ssize_t *lens = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*lens));
     unsigned char *flags = PyMem_Malloc((size_t)(n ? n : 1));
+    unsigned char *wide = PyMem_Malloc((size_t)(n ? n : 1)); /* a str beyond ASCII */
     unsigned char *buf = PyMem_Malloc(2 * (MAX_URL + 16));
     unsigned char *rewritten = buf == NULL ? NULL : buf + MAX_URL + 16;
     /* A run's text, copied with the GIL: hashed without it, the strings may go. */
     unsigned char *copy = PyMem_Malloc(HASH_RUN_BYTES + MAX_URL);
     PyObject *result = NULL;
-    if (data == NULL || lens == NULL || flags == NULL || buf == NULL || copy == NULL) {
+    if (data == NULL || lens == NULL || flags == NULL || wide == NULL || buf == NULL
+        || copy == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -2000,12 +2055,19 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         for (end = run; end < n && end - run < HASH_RUN && used < HASH_RUN_BYTES; end++) {
             PyObject *url = PyList_GET_ITEM(urls, end);
             if (end + PREFETCH < n) prefetch_str(PyList_GET_ITEM(urls, end + PREFETCH));
+            wide[end] = 0;
             if (PyUnicode_Check(url) && PyUnicode_IS_ASCII(url)
                 && PyUnicode_GET_LENGTH(url) <= MAX_URL) {
                 lens[end] = PyUnicode_GET_LENGTH(url);
                 memcpy(copy + used, PyUnicode_1BYTE_DATA(url), (size_t)lens[end]);
                 data[end] = copy + used;
                 used += (size_t)lens[end];
+            } else if (PyUnicode_Check(url) && PyUnicode_GET_LENGTH(url) <= MAX_URL / 4) {
+                /* the path and the query may hold it: the rewrite escapes those bytes */
+                lens[end] = url_bytes(url, copy + used);
+                data[end] = copy + used;
+                used += (size_t)lens[end];
+                wide[end] = 1;
             } else {
                 data[end] = NULL;
                 lens[end] = -1;
@@ -2018,7 +2080,9 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             const unsigned char *s;
             Py_ssize_t len;
             if (data[k] == NULL
-                || !scan_or_rewrite(data[k], lens[k], allow_query, rewritten, &s, &len, &sp)) {
+                || !scan_or_rewrite(data[k], lens[k], allow_query, rewritten, &s, &len, &sp,
+                                    (wide[k] ? REWRITE_HIGH : 0)
+                                        | (keep_port ? REWRITE_KEEP_PORT : 0))) {
                 continue;
             }
             flags[k] = 1;
@@ -2058,6 +2122,7 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
 done:
     PyMem_Free(copy);
+    PyMem_Free(wide);
     PyMem_Free(data);
     PyMem_Free(lens);
     PyMem_Free(flags);
@@ -2626,9 +2691,10 @@ static PyMethodDef methods[] = {
 #endif
 #ifdef URLSIEVE_XXHASH
     {"canonical_hashes", (PyCFunction)(void (*)(void))canonical_hashes, METH_FASTCALL,
-     "canonical_hashes(urls, allow_query, bits, out) -> list[int]\n\n"
+     "canonical_hashes(urls, allow_query, bits, out, keep_port) -> list[int]\n\n"
      "xxh3-64 (bits 64) or xxh3-128 as (high, low) (bits 128) of each fast-path URL's\n"
-     "canonical form into out (uint64); returns the positions of the other URLs."},
+     "canonical form into out (uint64); returns the positions of the other URLs.\n"
+     "keep_port: the profile keeps ports (URLs with one are left to the caller)."},
 #endif
 #ifdef URLSIEVE_XXHASH
     {"compile_lines", (PyCFunction)(void (*)(void))compile_lines, METH_FASTCALL,

@@ -81,13 +81,14 @@ def _fill(urls: list[str], profile: Profile, bits: int, out: np.ndarray) -> None
     rest: list[int]
     if _hashes is not None and profile.fast_path:
         if len(urls) <= CHUNK:  # no copy of the list: a copy touches every string
-            rest = _hashes(urls, profile.fast_query, bits, out)
+            rest = _hashes(urls, profile.fast_query, bits, out, profile.keep_port)
         else:
             rest = []
             for start in range(0, len(urls), CHUNK):
                 part = urls[start : start + CHUNK]
                 view = out[start : start + len(part)]
-                rest += [start + at for at in _hashes(part, profile.fast_query, bits, view)]
+                found = _hashes(part, profile.fast_query, bits, view, profile.keep_port)
+                rest += [start + at for at in found]
     else:
         rest = list(range(len(urls)))
     for at in rest:  # in order: InvalidURL names the first bad URL
