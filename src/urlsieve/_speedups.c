@@ -786,7 +786,9 @@ bloom_cover(const uint64_t *bits, uint64_t blocks, int t, const uint64_t *h, Py_
             unsigned char *out)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + TABLE_AHEAD < n) PREFETCH_READ(bits + 8 * bloom_block(h[2 * (i + TABLE_AHEAD)], blocks));
+        if (i + TABLE_AHEAD < n) {
+            PREFETCH_READ(bits + 8 * bloom_block(h[2 * (i + TABLE_AHEAD)], blocks));
+        }
         uint64_t m[8], missing = 0;
         bloom_masks(h[2 * i], h[2 * i + 1], t, m);
         const uint64_t *row = bits + 8 * bloom_block(h[2 * i], blocks);
@@ -933,12 +935,21 @@ exact_find(const uint64_t *table, uint64_t buckets, uint64_t key, Py_ssize_t *sl
     return 0;
 }
 
+/* The arguments (table, keys, out) of an exact_* call; the keys must not be 0. */
 static int
-exact_keys_nonzero(const uint64_t *keys, Py_ssize_t n)
+get_exact_args(const char *name, PyObject *const *args, Py_ssize_t nargs, int write,
+               table_args *a)
 {
-    for (Py_ssize_t i = 0; i < n; i++) {
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "%s(table, keys, out) takes 3 arguments", name);
+        return -1;
+    }
+    if (get_table_args(name, args[0], args[1], args[2], write, 1, a) < 0) return -1;
+    const uint64_t *keys = a->rows.buf;
+    for (Py_ssize_t i = 0; i < a->n; i++) {
         if (keys[i] == 0) {
-            PyErr_Format(PyExc_ValueError, "exact: key %zd is 0 (0 marks an empty slot)", i);
+            PyErr_Format(PyExc_ValueError, "%s: key %zd is 0 (0 marks an empty slot)", name, i);
+            release_table_args(a);
             return -1;
         }
     }
@@ -949,22 +960,16 @@ static PyObject *
 exact_lookup(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "exact_lookup(table, keys, out) takes 3 arguments");
-        return NULL;
-    }
     table_args a;
-    if (get_table_args("exact_lookup", args[0], args[1], args[2], 0, 1, &a) < 0) return NULL;
+    if (get_exact_args("exact_lookup", args, nargs, 0, &a) < 0) return NULL;
     const uint64_t *table = a.table.buf, *keys = a.rows.buf;
     const uint64_t buckets = (uint64_t)(a.table.len / 64);
     unsigned char *out = a.out.buf;
-    if (exact_keys_nonzero(keys, a.n) < 0) {
-        release_table_args(&a);
-        return NULL;
-    }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < a.n; i++) {
-        if (i + TABLE_AHEAD < a.n) PREFETCH_READ(table + 8 * exact_home(keys[i + TABLE_AHEAD], buckets));
+        if (i + TABLE_AHEAD < a.n) {
+            PREFETCH_READ(table + 8 * exact_home(keys[i + TABLE_AHEAD], buckets));
+        }
         Py_ssize_t slot;
         out[i] = (unsigned char)exact_find(table, buckets, keys[i], &slot);
     }
@@ -977,24 +982,18 @@ static PyObject *
 exact_insert(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "exact_insert(table, keys, out) takes 3 arguments");
-        return NULL;
-    }
     table_args a;
-    if (get_table_args("exact_insert", args[0], args[1], args[2], 1, 1, &a) < 0) return NULL;
+    if (get_exact_args("exact_insert", args, nargs, 1, &a) < 0) return NULL;
     uint64_t *table = a.table.buf;
     const uint64_t *keys = a.rows.buf;
     const uint64_t buckets = (uint64_t)(a.table.len / 64);
     unsigned char *out = a.out.buf;
-    if (exact_keys_nonzero(keys, a.n) < 0) {
-        release_table_args(&a);
-        return NULL;
-    }
     Py_ssize_t added = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < a.n; i++) {
-        if (i + TABLE_AHEAD < a.n) PREFETCH_WRITE(table + 8 * exact_home(keys[i + TABLE_AHEAD], buckets));
+        if (i + TABLE_AHEAD < a.n) {
+            PREFETCH_WRITE(table + 8 * exact_home(keys[i + TABLE_AHEAD], buckets));
+        }
         Py_ssize_t slot;
         out[i] = 0;
         if (exact_find(table, buckets, keys[i], &slot)) continue;
@@ -2048,7 +2047,8 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
        then hashed without it while it is still in cache. */
     for (Py_ssize_t run = 0, end; run < n; run = end) {
         if (PyList_GET_SIZE(urls) < n) {
-            PyErr_SetString(PyExc_RuntimeError, "canonical_hashes: the list shrank during the call");
+            PyErr_SetString(PyExc_RuntimeError,
+                            "canonical_hashes: the list shrank during the call");
             goto done;
         }
         size_t used = 0;

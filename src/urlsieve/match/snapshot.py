@@ -315,6 +315,8 @@ class _KeySet:
         self._count = 0
         self._table = np.zeros((8, 8), dtype=np.uint64) if speedups is not None else None
         self._set: set[int] = set()
+        self._one = np.zeros(1, dtype=np.uint64)  # add_one's key and flag, reused
+        self._flag = np.zeros(1, dtype=bool)
 
     def __len__(self) -> int:
         return self._count if self._table is not None else len(self._set)
@@ -334,6 +336,20 @@ class _KeySet:
         added = int(speedups.exact_insert(self._table, keys, np.empty(len(keys), dtype=bool)))
         self._count += added
         return added
+
+    def add_one(self, key: int) -> bool:
+        """Add one key; whether it was new (:meth:`add_many` without a batch's arrays)."""
+        if self._table is None:
+            before = len(self._set)
+            self._set.add(key)
+            return len(self._set) != before
+        if self._count + 1 > self._MAX_LOAD * self._table.size:
+            return self.add_many(np.array([key], dtype=np.uint64)) == 1
+        assert speedups is not None
+        self._one[0] = key or 1
+        added = int(speedups.exact_insert(self._table, self._one, self._flag))
+        self._count += added
+        return added == 1
 
 
 class SnapshotBuilder:
@@ -501,7 +517,7 @@ class SnapshotBuilder:
                 _QUERY_BIT if query_text is not None else 1 << _depth(expression[n_host:])
             )
         # Seen by a 64-bit hash: a collision only miscounts a report, no rule is lost.
-        return self._seen.add_many(np.array([_h(key)], dtype=np.uint64)) == 1
+        return self._seen.add_one(_h(key))
 
     def _exact_key(self, rule_id: int) -> tuple[bytes, int, int]:
         """What a rule matches and its category, read back (for a dedup-hash collision)."""
