@@ -1,6 +1,6 @@
 """Valkey seen stores vs scrapy-redis' SADD of hex SHA-1 and a per-URL SETBIT Bloom filter.
 
-    python -m benchmarks.valkey [--urls 200000] [--single 20000]
+    python -m benchmarks.valkey_stores [--urls 200000] [--single 20000]
 
 One private valkey-server on loopback (no persistence, so the numbers are
 the data structures', not the disk's). Every method gets the same URLs and
@@ -24,9 +24,9 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
+import valkey
 from tests.seen.valkey_fixtures import start_server
 
-import valkey
 from benchmarks._common import generated_urls, machine, table, verdict, write_section
 from urlsieve.fingerprint import canonical_bytes
 from urlsieve.seen import open_seen
@@ -204,9 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     body = "\n".join(
         [
-            "## Valkey/Redis seen stores (`benchmarks/valkey.py`)",
+            "## Valkey/Redis seen stores (`benchmarks/valkey_stores.py`)",
             "",
-            f"`python -m benchmarks.valkey --urls {args.urls} --single {args.single}` — "
+            f"`python -m benchmarks.valkey_stores --urls {args.urls} --single {args.single}` — "
             f"{machine()}, one valkey-server on loopback, AOF off; {n:,} distinct generated URLs."
             " Our stores get calls of 10,000 URLs (pipelined in chunks of 1,000).",
             "",
