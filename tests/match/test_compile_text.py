@@ -323,3 +323,12 @@ def test_the_compiled_key_set_counts_what_a_python_set_counts(batches: list[list
         else:
             assert compiled.add_many(keys) == reference.add_many(keys)
         assert len(compiled) == len(reference)
+
+
+@given(st.lists(st.integers(0, 2**64 - 1) | st.sampled_from([0, 1, 2**63]), max_size=200))
+def test_runs_of_a_sorted_array_are_what_np_unique_gives(values: list[int]) -> None:
+    ordered = np.sort(np.array(values, dtype=np.uint64))
+    keys, first, counts = snapshot._runs(ordered)
+    want = np.unique(ordered, return_index=True, return_counts=True)
+    for got, expected in zip((keys, first, counts), want, strict=True):
+        assert np.array_equal(got, expected)
