@@ -13,7 +13,6 @@ from urlsieve.match.snapshot import (
     SnapshotInfo,
     SnapshotMatcher,
     read_snapshot_info,
-    write_image,
 )
 from urlsieve.rules.load import LoadResult, Progress, load_lists
 from urlsieve.rules.model import ALLOW, BLOCK, Rule, parse_rule
@@ -130,10 +129,10 @@ class Filter:
 
     def save(self, path: PathLike) -> SnapshotInfo:
         """Write the compiled rules as a snapshot file, atomically (``urlsieve compile``)."""
-        image: bytes | None = getattr(self._matcher, "image", None)
-        if image is None:
+        save: Callable[[PathLike], None] | None = getattr(self._matcher, "save", None)
+        if save is None:
             raise TypeError(f"a {self._matcher.name} engine has no compiled image to save")
-        write_image(image, path)
+        save(path)  # the compiled engine writes from its mapping: no copy of the image
         return read_snapshot_info(path)
 
     def select(self, categories: Categories) -> Filter:

@@ -163,3 +163,19 @@ def test_bundled_sample_lists_block_the_sample_evasions() -> None:
         assert (verdict.action, verdict.category) == (act, category), url
     sample = (root / "sample-urls.txt").read_text("utf-8").splitlines()
     assert set(expected) <= set(sample)
+
+
+def test_save_writes_the_compiled_image_and_a_reference_engine_has_none(tmp_path: Path) -> None:
+    from urlsieve.match import HashMatcher
+
+    rules = [parse_rule("evil.example/x", "block", "c"), parse_rule("ok.example", "allow", "c")]
+    flt = Filter(rules)
+    info = flt.save(tmp_path / "r.snap")
+    assert info.rules == 2
+    assert (tmp_path / "r.snap").read_bytes() == flt.matcher.image  # type: ignore[attr-defined]
+    loaded = Filter.load(tmp_path / "r.snap")
+    assert loaded.check("http://evil.example/x/y").action == "block"
+    loaded.close()
+    with pytest.raises(TypeError, match="no compiled image"):
+        Filter(HashMatcher(rules)).save(tmp_path / "h.snap")
+    assert not (tmp_path / "h.snap").exists()

@@ -598,7 +598,7 @@ class SnapshotBuilder:
         host_hash = column(self._host_hash, "u8")
         host_bits = column(self._host_bits, "u8")
         self._host_hash, self._host_bits = array("Q"), array("Q")
-        order = np.argsort(host_hash, kind="stable")
+        order = np.argsort(host_hash)  # any order within a host: its masks are ORed
         host_hash, host_bits = host_hash[order], host_bits[order]
         del order
         host_keys, host_first, _ = _runs(host_hash)
@@ -709,7 +709,7 @@ def build_image(rules: Iterable[Rule], meta: Mapping[str, Any] | None = None) ->
     return builder.build(meta)
 
 
-def write_image(image: bytes | bytearray, path: str | os.PathLike[str]) -> None:
+def write_image(image: bytes | bytearray | memoryview, path: str | os.PathLike[str]) -> None:
     """Write ``image`` at ``path`` atomically (temporary file, fsync, rename)."""
     target = Path(path)
     try:
@@ -961,6 +961,10 @@ class SnapshotMatcher:
     def image(self) -> bytes:
         """The whole compiled image (header and body), as written to a snapshot file."""
         return bytes(self._mm)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the image as a snapshot file, atomically, from the mapping (no copy)."""
+        write_image(self._view, path)
 
     @property
     def categories(self) -> list[str]:
