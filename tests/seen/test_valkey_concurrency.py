@@ -100,7 +100,12 @@ def test_four_processes_share_one_store(
     bound = stats.false_positive_rate
     sigma = math.sqrt(bound * (1 - bound) / len(probes))
     assert false_hits / len(probes) <= bound + 4 * sigma
-    assert missed <= bound + 4 * sigma
+    # Each add was tested against the store as it was then. A Bloom filter only fills, so
+    # its final rate bounds them; a dsbf leaf was fuller before it split than any leaf is
+    # at the end (and a racing client's batch may land in a sealed one), so there the
+    # bound is the design's: f_max at each level of a URL's path.
+    ceiling = bound if kind == "bloom" else max(bound, stats.extra["depth"] * 0.01)
+    assert missed <= ceiling + 4 * math.sqrt(ceiling * (1 - ceiling) / len(once))
     if kind == "bloom":
         assert bound <= 0.01  # the configured error at capacity, not yet reached
     else:

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 import valkey
+
 from tests.needs import missing
 
 INSTALL_HINT = (

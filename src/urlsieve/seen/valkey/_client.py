@@ -32,13 +32,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import valkey
+from valkey import exceptions as vx
 from valkey.cluster import ValkeyCluster
 from valkey.connection import parse_url
 
-import valkey
 from urlsieve.exceptions import ConfigError, StoreCorrupt, StoreError, StoreUnavailable
 from urlsieve.seen.valkey._resp import commands
-from valkey import exceptions as vx
 
 __all__ = ["BatchInterrupted", "Cmd", "Router", "Script"]
 
