@@ -22,10 +22,11 @@ sum to less than ``ε`` however far the filter grows (scalable Bloom
 filters, Almeida et al. 2007). A URL is seen when any layer has it; new URLs
 go to the last layer.
 
-**Batches** (``add_many``, ``add_fingerprints``) are vectorised: numpy
-computes blocks and masks, and a compiled pass (``urlsieve._speedups``; the
-numpy reference gathers the blocks, tests them, and ORs the new bits together
-per block) tests and sets them. A batch is tested against the
+**Batches** (``add_many``, ``add_fingerprints``) are compiled
+(``urlsieve._speedups``: ``bloom_test`` and ``bloom_insert`` compute each URL's
+block and bits from its fingerprint, test them and set them); the numpy
+reference computes blocks and masks as arrays, gathers the blocks, tests them,
+and ORs the new bits together per block. A batch is tested against the
 filter as it was before the batch: URLs of one batch never make each other
 look seen, except the same URL twice, which is new once.
 

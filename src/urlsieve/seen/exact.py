@@ -16,6 +16,11 @@ changes), syncs it, renames it over the store and marks the old file
 store costs 9.4–14 bytes per URL. The rehash sorts the fingerprints (a copy
 of them is held in memory meanwhile) and places them in one vectorised pass.
 
+Batches are compiled (``urlsieve._speedups``: ``exact_lookup``, and
+``exact_insert``, which adds a batch's keys in order, so the first of repeats is
+the new one); :func:`probe`, vectorised numpy, is the reference they are tested
+against.
+
 Exact up to 64-bit fingerprint collisions: with n URLs the expected number of
 colliding pairs is n²/2⁶⁵ (3·10⁻⁸ at a million URLs, 0.03 at a billion);
 ``stats().extra["expected_fingerprint_collisions"]`` reports it.
