@@ -374,23 +374,34 @@ scan_canonical(const unsigned char *s, Py_ssize_t n, int allow_query, spans *sp)
     return 1;
 }
 
+/* The canonical form of text[0:n], which scan_canonical accepted into *sp, written to o
+   (room for n + 8 bytes): "http://" and the "/" of an empty path added. Its length. */
+static Py_ssize_t
+write_canonical(unsigned char *o, const unsigned char *text, Py_ssize_t n, const spans *sp)
+{
+    const Py_ssize_t prefix = sp->has_scheme ? 0 : 7, slash = sp->has_path ? 0 : 1;
+    if (prefix) memcpy(o, "http://", 7);
+    memcpy(o + prefix, text, (size_t)sp->host_end);
+    if (slash) o[prefix + sp->host_end] = '/';
+    memcpy(o + prefix + sp->host_end + slash, text + sp->host_end, (size_t)(n - sp->host_end));
+    return n + prefix + slash;
+}
+
+/* The canonical string of text[0:n] that scan_canonical accepted into *sp. */
+static PyObject *
+canonical_text(const unsigned char *text, Py_ssize_t n, const spans *sp)
+{
+    PyObject *out = PyUnicode_New(n + (sp->has_scheme ? 0 : 7) + (sp->has_path ? 0 : 1), 127);
+    if (out != NULL) write_canonical(PyUnicode_1BYTE_DATA(out), text, n, sp);
+    return out;
+}
+
 /* The canonical string of an ASCII `url` scan_canonical accepted (a new reference). */
 static PyObject *
 canonical_of(PyObject *url, const spans *sp)
 {
     if (sp->has_scheme && sp->has_path) return Py_NewRef(url);
-    const unsigned char *s = PyUnicode_1BYTE_DATA(url);
-    const Py_ssize_t n = PyUnicode_GET_LENGTH(url);
-    const Py_ssize_t prefix = sp->has_scheme ? 0 : 7, slash = sp->has_path ? 0 : 1;
-    const Py_ssize_t host_end = sp->host_end;
-    PyObject *out = PyUnicode_New(n + prefix + slash, 127);
-    if (out == NULL) return NULL;
-    unsigned char *o = PyUnicode_1BYTE_DATA(out);
-    if (prefix) memcpy(o, "http://", 7);
-    memcpy(o + prefix, s, (size_t)host_end);
-    if (slash) o[prefix + host_end] = '/';
-    memcpy(o + prefix + host_end + slash, s + host_end, (size_t)(n - host_end));
-    return out;
+    return canonical_text(PyUnicode_1BYTE_DATA(url), PyUnicode_GET_LENGTH(url), sp);
 }
 
 
@@ -664,20 +675,6 @@ scan_or_rewrite(const unsigned char *s, Py_ssize_t n, int allow_query, unsigned 
     return 1;
 }
 
-/* The canonical string of text[0:n] that scan_canonical accepted into *sp. */
-static PyObject *
-canonical_text(const unsigned char *text, Py_ssize_t n, const spans *sp)
-{
-    const Py_ssize_t prefix = sp->has_scheme ? 0 : 7, slash = sp->has_path ? 0 : 1;
-    PyObject *out = PyUnicode_New(n + prefix + slash, 127);
-    if (out == NULL) return NULL;
-    unsigned char *o = PyUnicode_1BYTE_DATA(out);
-    if (prefix) memcpy(o, "http://", 7);
-    memcpy(o + prefix, text, (size_t)sp->host_end);
-    if (slash) o[prefix + sp->host_end] = '/';
-    memcpy(o + prefix + sp->host_end + slash, text + sp->host_end, (size_t)(n - sp->host_end));
-    return out;
-}
 
 static PyObject *
 fast_canonical(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -2089,14 +2086,8 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             const unsigned char *text = s;
             size_t tlen = (size_t)len;
             if (!sp.has_scheme || !sp.has_path) { /* the canonical form adds http:// or "/" */
-                Py_ssize_t prefix = sp.has_scheme ? 0 : 7, slash = sp.has_path ? 0 : 1;
-                if (prefix) memcpy(buf, "http://", 7);
-                memcpy(buf + prefix, s, (size_t)sp.host_end);
-                if (slash) buf[prefix + sp.host_end] = '/';
-                memcpy(buf + prefix + sp.host_end + slash, s + sp.host_end,
-                       (size_t)(len - sp.host_end));
+                tlen = (size_t)write_canonical(buf, s, len, &sp);
                 text = buf;
-                tlen = (size_t)(len + prefix + slash);
             }
             if (bits == 64) {
                 o[k] = XXH3_64bits(text, tlen);

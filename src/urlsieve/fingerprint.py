@@ -78,17 +78,14 @@ def _fill(urls: list[str], profile: Profile, bits: int, out: np.ndarray) -> None
     """Fingerprints of ``urls`` into ``out``: compiled for the canonical fast path, the
     reference (``xxhash`` over :func:`canonicalize`) for every other URL."""
     digest = _xxh64 if bits == 64 else xxhash.xxh3_128_intdigest
-    rest: list[int]
+    rest: list[int] = []
     if _hashes is not None and profile.fast_path:
-        if len(urls) <= CHUNK:  # no copy of the list: a copy touches every string
-            rest = _hashes(urls, profile.fast_query, bits, out, profile.keep_port)
-        else:
-            rest = []
-            for start in range(0, len(urls), CHUNK):
-                part = urls[start : start + CHUNK]
-                view = out[start : start + len(part)]
-                found = _hashes(part, profile.fast_query, bits, view, profile.keep_port)
-                rest += [start + at for at in found]
+        for start in range(0, len(urls), CHUNK):
+            # one chunk goes as it is: a copy of the list touches every string
+            part = urls[start : start + CHUNK] if len(urls) > CHUNK else urls
+            view = out[start : start + len(part)]
+            found = _hashes(part, profile.fast_query, bits, view, profile.keep_port)
+            rest += [start + at for at in found]
     else:
         rest = list(range(len(urls)))
     for at in rest:  # in order: InvalidURL names the first bad URL

@@ -310,61 +310,50 @@ class ExactStore(MappedStore):
         if not len(keys):
             return out
         keys = np.where(keys == 0, np.uint64(1), keys)
-        if speedups is not None:
-            self._insert_compiled(keys, out)
-            return out
+        if speedups is not None:  # compiled, in order: the first of repeats is the new one
+            return self._insert(keys)
         order = np.argsort(keys)  # sorted keys have sorted home buckets: see probe()
         ordered = keys[order]
         starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
         distinct = ordered[starts]
         # The earliest position of each distinct key (argsort is not stable).
         first = order if len(starts) == len(keys) else np.minimum.reduceat(order, starts)
-        while True:
-            try:
-                with self._writing:
-                    new = self._insert(distinct)
-                break
-            except _Regrown:
-                continue
-        out[first[new]] = True
+        out[first[self._insert(distinct)]] = True
         return out
 
-    def _insert_compiled(self, keys: U64, out: Flags) -> None:
-        """:meth:`add_fingerprints` compiled: the keys go in in order, so the first of
-        repeats is the new one. As in :meth:`_insert`, a batch that would pass the load
-        limit grows the table first, so a full disk adds nothing of it."""
-        assert speedups is not None
+    def _insert(self, keys: U64) -> Flags:
+        """Insert ``keys`` (distinct ones for the numpy reference); True for each new one.
+        A batch that would pass the load limit grows the table first, so a full disk adds
+        nothing of it."""
         while True:
             try:
                 with self._writing:
                     count = int(self._mv[W_COUNT])
                     if count + len(keys) > self._limit:
-                        found = np.empty(len(keys), dtype=bool)
-                        speedups.exact_lookup(self._table, keys, found)
-                        missing = len(keys) - int(np.count_nonzero(found))  # repeats: more
-                        if count + missing > self._limit:
+                        missing = len(keys) - int(np.count_nonzero(self._lookup(keys)))
+                        if count + missing > self._limit:  # repeats count more: grow early
                             self._grow(missing)
-                    added = speedups.exact_insert(self._table, keys, out)
-                    if added < 0:
-                        raise StoreCorrupt(
-                            f"{self._path}: exact table has no free slot; rebuild the store"
-                        )
-                    self._mv[W_COUNT] = count + added
-                return
+                    new = self._place(keys)
+                    self._mv[W_COUNT] = count + int(np.count_nonzero(new))
+                    return new
             except _Regrown:
                 continue
 
-    def _insert(self, keys: U64) -> Flags:
-        count = int(self._mv[W_COUNT])
-        if count + len(keys) <= self._limit:
-            new = probe(self._table, keys, insert=True)
-        else:
-            missing = np.flatnonzero(~probe(self._table, keys, insert=False))
-            if count + len(missing) > self._limit:
-                self._grow(len(missing))
-            new = np.zeros(len(keys), dtype=bool)
-            new[missing] = probe(self._table, keys[missing], insert=True)
-        self._mv[W_COUNT] = count + int(new.sum())
+    def _lookup(self, keys: U64) -> Flags:
+        """Whether the table holds each key (the lock held): compiled, or :func:`probe`."""
+        if speedups is None:
+            return probe(self._table, keys, insert=False)
+        found = np.empty(len(keys), dtype=bool)
+        speedups.exact_lookup(self._table, keys, found)
+        return found
+
+    def _place(self, keys: U64) -> Flags:
+        """Put the keys the table lacks in it (the lock held, the room checked); the new ones."""
+        if speedups is None:
+            return probe(self._table, keys, insert=True)
+        new = np.empty(len(keys), dtype=bool)
+        if speedups.exact_insert(self._table, keys, new) < 0:
+            raise StoreCorrupt(f"{self._path}: exact table has no free slot; rebuild the store")
         return new
 
     def __contains__(self, url: object) -> bool:
@@ -386,11 +375,7 @@ class ExactStore(MappedStore):
         keys = np.asarray(keys, dtype=np.uint64)
         keys = np.where(keys == 0, np.uint64(1), keys)
         with self._reading:
-            if speedups is None:
-                return probe(self._table, keys, insert=False)
-            out = np.empty(len(keys), dtype=bool)
-            speedups.exact_lookup(self._table, keys, out)
-            return out
+            return self._lookup(keys)
 
     def __len__(self) -> int:
         with self._reading:
