@@ -541,6 +541,9 @@ enum {
     REWRITE_HIGH = 1,
     /* the profile keeps a port (the crawler's): a URL with one is left to Python */
     REWRITE_KEEP_PORT = 2,
+    /* the caller keeps the parts (parse_url's URL holds userinfo and port): a URL with
+       either is left to Python */
+    REWRITE_PLAIN = 4,
 };
 
 /* Writes the rewritten URL to out (room for REWRITE_CAP bytes); returns its length, or -1.
@@ -600,9 +603,10 @@ rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out,
     for (Py_ssize_t j = a0; j < a1; j++) {
         if (s[j] == '@') i = j + 1;
     }
+    if (i != a0 && (how & REWRITE_PLAIN)) return -1;
     Py_ssize_t h0 = i, h1 = i;
     while (h1 < a1 && s[h1] != ':') h1++;
-    if (h1 < a1 && (how & REWRITE_KEEP_PORT)) return -1;
+    if (h1 < a1 && (how & (REWRITE_KEEP_PORT | REWRITE_PLAIN))) return -1;
     if (h1 < a1) { /* a port: digits, at most 65535 once leading zeros go; then dropped */
         Py_ssize_t p = h1 + 1;
         while (p < a1 && s[p] == '0') p++;
@@ -698,6 +702,202 @@ fast_canonical(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     spans sp;
     if (!scan_canonical(s, n, allow_query, &sp)) Py_RETURN_NONE;
     return canonical_of(url, &sp);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * One URL through the compiled path, for canonicalize and parse_url (url/parse.py): the
+ * scan, else the near-canonical rewrite. A str beyond ASCII is encoded first as path.py's
+ * to_bytes does (url_bytes, below). 0: the Python canonicaliser decides.
+ */
+/* The bytes path.py's to_bytes gives for a str of at most MAX_URL / 4 code points, into
+   out: UTF-8, U+DC80..U+DCFF as the bytes 0x80..0xFF they stand for, another surrogate
+   as its three UTF-8-style bytes. Returns the length. */
+static Py_ssize_t
+url_bytes(PyObject *text, unsigned char *out)
+{
+    const int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t o = 0;
+    for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(text); i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 0x80) {
+            out[o++] = (unsigned char)c;
+        } else if (c < 0x800) {
+            out[o++] = (unsigned char)(0xC0 | c >> 6);
+            out[o++] = (unsigned char)(0x80 | (c & 0x3F));
+        } else if (c >= 0xDC80 && c <= 0xDCFF) {
+            out[o++] = (unsigned char)(c - 0xDC00);
+        } else if (c < 0x10000) {
+            out[o++] = (unsigned char)(0xE0 | c >> 12);
+            out[o++] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
+            out[o++] = (unsigned char)(0x80 | (c & 0x3F));
+        } else {
+            out[o++] = (unsigned char)(0xF0 | c >> 18);
+            out[o++] = (unsigned char)(0x80 | ((c >> 12) & 0x3F));
+            out[o++] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
+            out[o++] = (unsigned char)(0x80 | (c & 0x3F));
+        }
+    }
+    return o;
+}
+
+typedef struct {
+    unsigned char *buf; /* PyMem: the encoded str, then the rewrite (NULL when unused) */
+    const unsigned char *text;
+    Py_ssize_t len;
+    spans sp;
+} one_url;
+
+/* -1 with an exception set (out of memory), 0 for the Python path, 1 with *u filled. */
+static int
+one_url_scan(PyObject *url, int allow_query, int how, one_url *u)
+{
+    u->buf = NULL;
+    const Py_ssize_t n = PyUnicode_GET_LENGTH(url);
+    if (PyUnicode_IS_ASCII(url)) {
+        const unsigned char *s = PyUnicode_1BYTE_DATA(url);
+        if (scan_canonical(s, n, allow_query, &u->sp)) {
+            u->text = s;
+            u->len = n;
+            return 1;
+        }
+        if (n + 8 > REWRITE_CAP) return 0;
+        u->buf = PyMem_Malloc(REWRITE_CAP);
+        if (u->buf == NULL) goto nomem;
+        return scan_or_rewrite(s, n, allow_query, u->buf, &u->text, &u->len, &u->sp,
+                               how & ~REWRITE_HIGH);
+    }
+    if (n > MAX_URL / 4) return 0;
+    u->buf = PyMem_Malloc(MAX_URL + REWRITE_CAP);
+    if (u->buf == NULL) goto nomem;
+    Py_ssize_t m = url_bytes(url, u->buf);
+    return scan_or_rewrite(u->buf, m, allow_query, u->buf + MAX_URL, &u->text, &u->len, &u->sp,
+                           how | REWRITE_HIGH);
+nomem:
+    PyErr_NoMemory();
+    return -1;
+}
+
+/* The arguments (url: str, allow_query, keep_port) of canonical_rewrite and url_parts. */
+static int
+one_url_args(const char *name, PyObject *const *args, int *allow_query, int *keep_port)
+{
+    if (!PyUnicode_Check(args[0])) {
+        PyErr_Format(PyExc_TypeError, "%s: url must be str, not %.100s", name,
+                     Py_TYPE(args[0])->tp_name);
+        return -1;
+    }
+    if ((*allow_query = PyObject_IsTrue(args[1])) < 0) return -1;
+    if ((*keep_port = PyObject_IsTrue(args[2])) < 0) return -1;
+    return 0;
+}
+
+static PyObject *
+canonical_rewrite(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    int allow_query, keep_port;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "canonical_rewrite(url, allow_query, keep_port) takes 3 arguments");
+        return NULL;
+    }
+    if (one_url_args("canonical_rewrite", args, &allow_query, &keep_port) < 0) return NULL;
+    one_url u;
+    int found = one_url_scan(args[0], allow_query, keep_port ? REWRITE_KEEP_PORT : 0, &u);
+    PyObject *out = NULL;
+    if (found > 0) {
+        /* no buffer: the scan accepted the (ASCII) argument itself */
+        out = u.buf == NULL ? canonical_of(args[0], &u.sp) : canonical_text(u.text, u.len, &u.sp);
+    } else if (found == 0) {
+        out = Py_NewRef(Py_None);
+    }
+    PyMem_Free(u.buf);
+    return out;
+}
+
+/* The five schemes' names, interned once (url_parts' first item). */
+static PyObject *scheme_names[5];
+static const char *const scheme_text[5] = {"http", "https", "ftp", "ws", "wss"};
+static PyObject *root_path; /* "/" */
+
+static PyObject *
+ascii_slice(const unsigned char *s, Py_ssize_t start, Py_ssize_t end)
+{
+    PyObject *out = PyUnicode_New(end - start, 127);
+    if (out != NULL) memcpy(PyUnicode_1BYTE_DATA(out), s + start, (size_t)(end - start));
+    return out;
+}
+
+/* The items of url/model.py's URL for a URL one_url_scan accepted. */
+static int
+url_items(const one_url *u, int keep_port, PyObject *items[8])
+{
+    const spans *sp = &u->sp;
+    int scheme = 0;
+    if (sp->has_scheme) {
+        const Py_ssize_t len = sp->host_start - 3;
+        for (scheme = 0; scheme < 5; scheme++) {
+            if ((Py_ssize_t)strlen(scheme_text[scheme]) == len
+                && memcmp(u->text, scheme_text[scheme], (size_t)len) == 0) {
+                break;
+            }
+        }
+        if (scheme == 5) { /* scan_canonical accepts these five only */
+            PyErr_SetString(PyExc_SystemError, "url_parts: unknown scheme");
+            return -1;
+        }
+    }
+    items[0] = Py_NewRef(scheme_names[scheme]);
+    items[1] = ascii_slice(u->text, sp->host_start, sp->host_end);
+    items[2] = sp->has_path ? ascii_slice(u->text, sp->host_end, sp->path_end)
+                            : Py_NewRef(root_path);
+    items[3] = sp->query_start < 0 ? Py_NewRef(Py_None)
+                                   : ascii_slice(u->text, sp->query_start, u->len);
+    items[4] = Py_NewRef(Py_None); /* port: a URL with one is not accepted here */
+    items[5] = Py_NewRef(Py_None); /* userinfo: likewise */
+    items[6] = PyBool_FromLong(sp->is_ip);
+    items[7] = PyBool_FromLong(keep_port);
+    for (int k = 0; k < 8; k++) {
+        if (items[k] == NULL) {
+            for (int j = 0; j < 8; j++) Py_XDECREF(items[j]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+url_parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    int allow_query, keep_port;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "url_parts(url, allow_query, keep_port, cls) takes 4 arguments");
+        return NULL;
+    }
+    if (one_url_args("url_parts", args, &allow_query, &keep_port) < 0) return NULL;
+    if (!PyType_Check(args[3]) || !PyType_IsSubtype((PyTypeObject *)args[3], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "url_parts: cls must be a subclass of tuple");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[3];
+    one_url u;
+    int found = one_url_scan(args[0], allow_query, REWRITE_PLAIN, &u);
+    PyObject *out = NULL, *items[8];
+    if (found == 0) {
+        out = Py_NewRef(Py_None);
+    } else if (found > 0 && url_items(&u, keep_port, items) == 0) {
+        /* as tuple.__new__(cls, items) builds it (tuple_subtype_new) */
+        out = cls->tp_alloc(cls, 8);
+        for (int k = 0; k < 8; k++) {
+            if (out != NULL) PyTuple_SET_ITEM(out, k, items[k]);
+            else Py_DECREF(items[k]);
+        }
+    }
+    PyMem_Free(u.buf);
+    return out;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -1961,38 +2161,6 @@ done:
  * positions of the other URLs, which the caller fingerprints in Python. The loop over
  * the URLs' bytes runs without the GIL.
  */
-/* The bytes path.py's to_bytes gives for a str of at most MAX_URL / 4 code points, into
-   out: UTF-8, U+DC80..U+DCFF as the bytes 0x80..0xFF they stand for, another surrogate
-   as its three UTF-8-style bytes. Returns the length. */
-static Py_ssize_t
-url_bytes(PyObject *text, unsigned char *out)
-{
-    const int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    Py_ssize_t o = 0;
-    for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(text); i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c < 0x80) {
-            out[o++] = (unsigned char)c;
-        } else if (c < 0x800) {
-            out[o++] = (unsigned char)(0xC0 | c >> 6);
-            out[o++] = (unsigned char)(0x80 | (c & 0x3F));
-        } else if (c >= 0xDC80 && c <= 0xDCFF) {
-            out[o++] = (unsigned char)(c - 0xDC00);
-        } else if (c < 0x10000) {
-            out[o++] = (unsigned char)(0xE0 | c >> 12);
-            out[o++] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
-            out[o++] = (unsigned char)(0x80 | (c & 0x3F));
-        } else {
-            out[o++] = (unsigned char)(0xF0 | c >> 18);
-            out[o++] = (unsigned char)(0x80 | ((c >> 12) & 0x3F));
-            out[o++] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
-            out[o++] = (unsigned char)(0x80 | (c & 0x3F));
-        }
-    }
-    return o;
-}
-
 static PyObject *
 canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2657,6 +2825,15 @@ static PyMethodDef methods[] = {
      "fast_canonical(url, allow_query) -> str | None\n\n"
      "The canonical form of an already-canonical (or scheme-less canonical) URL,\n"
      "or None when the full canonicaliser must decide."},
+    {"canonical_rewrite", (PyCFunction)(void (*)(void))canonical_rewrite, METH_FASTCALL,
+     "canonical_rewrite(url, allow_query, keep_port) -> str | None\n\n"
+     "The canonical form of a canonical or near-canonical URL (the compiled rewrite of\n"
+     "the default steps), or None when the full canonicaliser must decide.\n"
+     "keep_port: the profile keeps ports (a URL with one is left to the caller)."},
+    {"url_parts", (PyCFunction)(void (*)(void))url_parts, METH_FASTCALL,
+     "url_parts(url, allow_query, keep_port, cls) -> cls | None\n\n"
+     "parse_url's URL (cls: its tuple type) of a canonical or near-canonical URL\n"
+     "without userinfo or port, or None when the full parser must decide."},
     {"bloom_test", (PyCFunction)(void (*)(void))bloom_test, METH_FASTCALL,
      "bloom_test(bits, t, h, out) -> None\n\n"
      "out[i]: whether the Bloom layer `bits` holds fingerprint row h[i] = (h1, h2)."},
@@ -2740,5 +2917,11 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     init_classes();
+    for (int k = 0; k < 5; k++) {
+        if (scheme_names[k] == NULL) scheme_names[k] = PyUnicode_InternFromString(scheme_text[k]);
+        if (scheme_names[k] == NULL) return NULL;
+    }
+    if (root_path == NULL) root_path = PyUnicode_InternFromString("/");
+    if (root_path == NULL) return NULL;
     return PyModule_Create(&module);
 }

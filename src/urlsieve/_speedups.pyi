@@ -1,5 +1,73 @@
+# The compiled accelerator's signatures (urlsieve/_speedups.c; each function's doc says
+# what it does). Buffers are numpy arrays or mappings; the functions marked xxhash exist
+# only when the extension was built with xxhash.h.
+from typing import Any, TypeVar
+
+_T = TypeVar("_T", bound=tuple[Any, ...])
+
 def fast_canonical(url: str, allow_query: bool, /) -> str | None: ...
-def bloom_fresh(
-    bits: object, block: object, masks: object, h1: object, h2: object, out: object, /
-) -> int: ...
-def bloom_set(bits: object, block: object, masks: object, flags: object, /) -> None: ...
+def canonical_rewrite(url: str, allow_query: bool, keep_port: bool, /) -> str | None: ...
+def url_parts(url: str, allow_query: bool, keep_port: bool, cls: type[_T], /) -> _T | None: ...
+def bloom_test(bits: Any, t: int, h: Any, out: Any, /) -> None: ...
+def bloom_insert(bits: Any, t: int, h: Any, out: Any, count: Any, /) -> int: ...
+def exact_lookup(table: Any, keys: Any, out: Any, /) -> None: ...
+def exact_insert(table: Any, keys: Any, out: Any, /) -> int: ...
+def table_place(keys: Any, values: Any, table: Any, /) -> None: ...
+def snapshot_verdicts(
+    ids: Any, forms: list[str | None], rules: Any, verdict_type: Any, none: Any, action_at: Any, /
+) -> tuple[list[Any], list[int]]: ...
+def quote_all(text: str, /) -> str | None: ...
+def squid_scan(
+    lines: list[bytes], channels: bool, escaped: bool, out: Any, /
+) -> list[str | None]: ...
+
+# xxhash
+def snapshot_match(
+    image: Any, layout: Any, urls: list[Any], mask: Any, out: Any, /, *rest: Any
+) -> None: ...
+def canonical_hashes(
+    urls: list[str], allow_query: bool, bits: int, out: Any, keep_port: bool, /
+) -> list[int]: ...
+def compile_lines(
+    text: Any,
+    pos: int,
+    mode: int,
+    max_lines: int,
+    rule_id: int,
+    string_offset: int,
+    category_id: int,
+    allow: bool,
+    /,
+) -> tuple[Any, ...] | None: ...
+def snapshot_rules(
+    image: Any,
+    layout: Any,
+    ids: Any,
+    categories: Any,
+    sources: Any,
+    rule_type: Any,
+    allow: Any,
+    block: Any,
+    /,
+) -> list[Any]: ...
+def squid_reply(
+    lines: list[bytes],
+    channels: bool,
+    escaped: bool,
+    image: Any,
+    layout: Any,
+    mask: Any,
+    pieces: Any,
+    unknown: Any,
+    /,
+) -> tuple[bytes, list[tuple[int, int]], int, int]: ...
+def filter_reply(
+    lines: list[bytes],
+    image: Any,
+    layout: Any,
+    mask: Any,
+    categories: Any,
+    sources: Any,
+    only: Any,
+    /,
+) -> tuple[bytes, list[tuple[int, int]]]: ...

@@ -87,7 +87,7 @@ class UrlIds:
 def ip_url(url: URL, address: str) -> str:
     """``url`` with its host replaced by ``address`` (IPv6 in brackets): the seed's ``http://IP/path``."""
     host = f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
-    return dataclasses.replace(url, host=host, is_ip=True).canonical
+    return url._replace(host=host, is_ip=True).canonical
 
 
 def url_ids(

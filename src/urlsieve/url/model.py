@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 __all__ = ["DEFAULT_PORTS", "URL"]
 
@@ -10,9 +10,8 @@ __all__ = ["DEFAULT_PORTS", "URL"]
 DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443, "ftp": 21}
 
 
-@dataclass(frozen=True, slots=True)
-class URL:
-    """A canonical URL and its parts.
+class URL(NamedTuple):
+    """A canonical URL and its parts: a named tuple, as ``urllib.parse.SplitResult`` is.
 
     ``host`` is lower-case ASCII (punycode for IDN), a dotted-quad IPv4
     address, or a bracketed compressed IPv6 address. ``path`` always starts
@@ -22,6 +21,11 @@ class URL:
     not on who asks or through which port. With ``keeps_port`` (the crawler
     profile) a port other than the scheme's default is part of
     :attr:`canonical` and :attr:`location`: ``:8080`` is another server.
+
+    A tuple rather than a frozen dataclass because the parser builds one per
+    request: a tuple is built in one step (in C on the fast path), where a
+    frozen dataclass sets each field through ``object.__setattr__`` (over a
+    microsecond). :meth:`_replace` gives a changed copy.
     """
 
     scheme: str
@@ -31,7 +35,7 @@ class URL:
     port: int | None = None
     userinfo: str | None = None
     is_ip: bool = False
-    keeps_port: bool = field(default=False, repr=False, kw_only=True)
+    keeps_port: bool = False
 
     @property
     def canonical(self) -> str:
@@ -50,3 +54,10 @@ class URL:
 
     def __str__(self) -> str:
         return self.canonical
+
+    def __repr__(self) -> str:
+        return (
+            f"URL(scheme={self.scheme!r}, host={self.host!r}, path={self.path!r}, "
+            f"query={self.query!r}, port={self.port!r}, userinfo={self.userinfo!r}, "
+            f"is_ip={self.is_ip!r})"
+        )

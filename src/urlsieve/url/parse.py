@@ -197,9 +197,10 @@ def _fast_match(url: str, allow_query: bool) -> re.Match[str] | None:
 def fast_canonical_py(url: str, allow_query: bool) -> str | None:
     """The canonical form of ``url`` when it (or ``http://`` + it) is already canonical, else None.
 
-    The reference of the fast path: ``urlsieve._speedups.fast_canonical``, the
-    compiled version :func:`canonicalize` uses when it is built, must answer
-    exactly this for every string (the tests compare the two).
+    The reference of the compiled scan, ``urlsieve._speedups.fast_canonical``
+    (the first step of the compiled path of :func:`canonicalize` and
+    :func:`parse_url`), which must answer exactly this for every string (the
+    tests compare the two).
     """
     m = _fast_match(url, allow_query)
     if m is None:
@@ -212,9 +213,14 @@ def fast_canonical_py(url: str, allow_query: bool) -> str | None:
 
 #: Whether the compiled fast path is in use (set URLSIEVE_PURE_PYTHON=1 to turn it off).
 ACCELERATED = speedups is not None
-_fast_canonical: Callable[[str, bool], str | None] = (
-    fast_canonical_py if speedups is None else speedups.fast_canonical
-)
+# The compiled fast path of canonicalize and parse_url: the scan, then the near-canonical
+# rewrite of the default steps (the C twin of _parse_slow for the spellings it covers;
+# the tests hold the two equal). Without it: the _FAST regex, then _parse_slow.
+_canonical_rewrite: Callable[[str, bool, bool], str | None] | None = None
+_url_parts: Callable[[str, bool, bool, type[URL]], URL | None] | None = None
+if speedups is not None:
+    _canonical_rewrite = speedups.canonical_rewrite
+    _url_parts = speedups.url_parts
 
 
 def parse_url(url: str | bytes, profile: Profile = FILTER) -> URL:
@@ -222,18 +228,24 @@ def parse_url(url: str | bytes, profile: Profile = FILTER) -> URL:
 
     ``bytes`` are read as UTF-8; bytes that are not UTF-8 stay bytes (``b"\\xe9"`` is ``%E9``).
     """
-    url = _as_text(url)
+    if type(url) is not str or len(url) > MAX_URL_LENGTH:  # a call saved on the hot path
+        url = _as_text(url)
     if profile.fast_path:
-        m = _fast_match(url, profile.fast_query)
-        if m is not None:
-            return URL(
-                m.group("scheme"),
-                m.group("host"),
-                m.group("path") or "/",
-                m.group("query"),
-                is_ip=m.group("ip") is not None,
-                keeps_port=profile.keep_port,
-            )
+        if _url_parts is not None:
+            parsed = _url_parts(url, profile.fast_query, profile.keep_port, URL)
+            if parsed is not None:
+                return parsed
+        else:
+            m = _fast_match(url, profile.fast_query)
+            if m is not None:
+                return URL(
+                    m.group("scheme"),
+                    m.group("host"),
+                    m.group("path") or "/",
+                    m.group("query"),
+                    is_ip=m.group("ip") is not None,
+                    keeps_port=profile.keep_port,
+                )
     return _parse_slow(url, profile)
 
 
@@ -249,9 +261,13 @@ def canonicalize(url: str | bytes, profile: Profile = FILTER) -> str:
     ``url`` may be ``bytes`` (see :func:`parse_url`); at most
     :data:`MAX_URL_LENGTH` long.
     """
-    url = _as_text(url)
+    if type(url) is not str or len(url) > MAX_URL_LENGTH:
+        url = _as_text(url)
     if profile.fast_path:
-        canonical = _fast_canonical(url, profile.fast_query)
+        if _canonical_rewrite is not None:
+            canonical = _canonical_rewrite(url, profile.fast_query, profile.keep_port)
+        else:
+            canonical = fast_canonical_py(url, profile.fast_query)
         if canonical is not None:
             return canonical
     return _parse_slow(url, profile).canonical

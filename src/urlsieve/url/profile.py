@@ -88,7 +88,10 @@ class Profile:
         object.__setattr__(
             self,
             "fast_query",
-            self.keep_query and self.query_steps == DEFAULT_QUERY_STEPS,
+            # An empty query that the profile drops is a change the fast path never makes.
+            self.keep_query
+            and self.query_steps == DEFAULT_QUERY_STEPS
+            and not self.drop_empty_query,
         )
 
     @property
