@@ -895,6 +895,9 @@ url_parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             if (out != NULL) PyTuple_SET_ITEM(out, k, items[k]);
             else Py_DECREF(items[k]);
         }
+        /* strings, None and bools only: in no cycle, so out of the collector's way (what
+           CPython does for such a tuple, here for the subclass it skips) */
+        if (out != NULL && PyObject_IS_GC(out)) PyObject_GC_UnTrack(out);
     }
     PyMem_Free(u.buf);
     return out;
@@ -1643,6 +1646,7 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     spans ahead[HOSTS_AHEAD];
     int ahead_ok[HOSTS_AHEAD] = {0};
+    Py_ssize_t left = 0; /* URLs off the fast path (-2) */
     for (Py_ssize_t k = -HOSTS_AHEAD; k < n_urls; k++) {
         /* URL k + HOSTS_AHEAD's host slots are asked for, then URL k is matched */
         Py_ssize_t next = k + HOSTS_AHEAD; /* cannot overflow: n_urls is a list's size */
@@ -1656,6 +1660,7 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyObject *url = PyList_GET_ITEM(refs, k);
             if (!PyUnicode_IS_ASCII(url)) {
                 ids[k] = -2;
+                left++;
             } else {
                 if (row_at != NULL) {
                     im.mask = (const unsigned char *)mask.buf + row_at[k];
@@ -1670,6 +1675,7 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 } else {
                     ids[k] = match_url(&im, text, len, buf, rewritten, &text, &len, &sp);
                 }
+                left += ids[k] == -2;
                 if (ids[k] != -2 && canon != NULL) {
                     PyObject *form = text == rewritten ? canonical_text(text, len, &sp)
                                                        : canonical_of(url, &sp);
@@ -1689,7 +1695,7 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                                  &ahead[next % HOSTS_AHEAD]);
         }
     }
-    result = Py_NewRef(Py_None);
+    result = PyLong_FromSsize_t(left);
 done:
     Py_XDECREF(refs);
     PyMem_Free(buf);
@@ -2850,9 +2856,10 @@ static PyMethodDef methods[] = {
      "found the table full."},
 #ifdef URLSIEVE_XXHASH
     {"snapshot_match", (PyCFunction)(void (*)(void))snapshot_match, METH_FASTCALL,
-     "snapshot_match(image, layout, urls, mask, out[, canonical[, rows, stride]]) -> None\n\n"
+     "snapshot_match(image, layout, urls, mask, out[, canonical[, rows, stride]]) -> int\n\n"
      "Per URL of the list, the id of the deciding rule of a compiled image into out\n"
-     "(int64): -1 when no rule matches, -2 off the canonical fast path; with a list\n"
+     "(int64): -1 when no rule matches, -2 off the canonical fast path (returns how\n"
+     "many are); with a list\n"
      "`canonical` as long as urls, each fast-path URL's canonical form is stored in it.\n"
      "With rows (int64 per URL) and stride, URL k uses the mask bytes\n"
      "mask[rows[k]:rows[k] + stride] (a pass list per client)."},

@@ -276,6 +276,35 @@ def test_fragments_and_backslashes_take_the_compiled_path() -> None:
     assert forms[:3] == ["http://evil.com/a/b"] * 3 and forms[3] == "http://evil.com/"
 
 
+@pytest.mark.usefixtures("compiled")
+def test_one_url_is_checked_on_the_compiled_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """check() of a str is the batch call with one URL (the service and Scrapy check one at
+    a time); a URL object, and what the batch leaves, take the Python probes."""
+    matcher = SnapshotMatcher.from_rules(rules_from(["evil.com/a", "good.org", "bücher.de"], 1))
+    urls = ["http://evil.com/a/b", "HTTP://EVIL.com/a/./b#x", "good.org", "http://none.test/"]
+    want = [matcher.check(parse_url(url)) for url in urls]
+    assert [v.rule is not None for v in want] == [True, True, True, False]
+    python_probes = matcher._best
+
+    def no_probes(*args: Any) -> int:
+        raise AssertionError("the Python probes ran")
+
+    monkeypatch.setattr(matcher, "_best", no_probes)
+    assert [matcher.check(url) for url in urls] == want
+    with pytest.raises(InvalidURL):
+        matcher.check("javascript:alert(1)")
+    monkeypatch.setattr(matcher, "_best", python_probes)
+    assert matcher.check("http://Bücher.de/x").rule is not None  # IDN: off the fast path
+    out = np.empty(3, dtype=np.int64)
+    assert (
+        speedups.snapshot_match(  # how many it left for Python, which skips numpy's search
+            matcher._view, matcher._layout, ["http://bücher.de/", "evil.com/a", "a b"], None, out
+        )
+        == 2
+    )
+    assert out.tolist()[0] == out.tolist()[2] == -2
+
+
 # -- a mask per URL (the policy engine: each client's pass list) ----------------------------
 
 

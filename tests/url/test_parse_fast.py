@@ -186,3 +186,11 @@ def test_arbitrary_bytes_never_crash_the_compiled_path(
     ):
         if result is not None:
             assert _parse_slow(str(result), FILTER).canonical == str(result)
+
+
+def test_a_url_built_in_c_is_left_out_of_the_collector() -> None:
+    """Its items are strings, None and bools: tracking it would only cost collections."""
+    import gc
+
+    assert not gc.is_tracked(parse_url("http://www.example.com/a?b"))
+    assert not gc.is_tracked(parse_url("HTTP://WWW.Example.com/a/../b"))

@@ -1203,6 +1203,10 @@ class SnapshotMatcher:
         return None if rule_id < 0 else self.rule(rule_id)
 
     def check(self, url: str | URL, categories: Collection[str] | None = None) -> Verdict:
+        if type(url) is str and _match is not None:
+            # the compiled batch path with one URL: a fraction of the per-expression
+            # Python probes of decide() (the HTTP service and Scrapy check URLs one by one)
+            return self.check_many([url], categories)[0]
         parts = url if isinstance(url, URL) else parse_url(url)
         return Verdict.of(self.decide(parts, categories), parts.canonical)
 
@@ -1233,12 +1237,13 @@ class SnapshotMatcher:
             ids = np.empty(len(urls), dtype=np.int64)
             batch = urls if type(urls) is list else list(urls)
             try:
-                _match(self._view, self._layout, batch, mask, ids, forms)
+                n_left = _match(self._view, self._layout, batch, mask, ids, forms)
             except TypeError:  # not every URL a str: the others are parsed below
                 texts = [u if type(u) is str else "" for u in urls]
-                _match(self._view, self._layout, texts, mask, ids, forms)
+                n_left = _match(self._view, self._layout, texts, mask, ids, forms)
             out = cast("list[int | InvalidURL]", ids.tolist())  # InvalidURLs go in below
-            left = np.flatnonzero(ids == -2).tolist()
+            # (numpy's search costs microseconds even for one URL: skipped when none is left)
+            left = np.flatnonzero(ids == -2).tolist() if n_left else []
         for at in left:
             url = urls[at]  # off the fast path (or not a str): parsed here
             try:
