@@ -28,13 +28,18 @@ from urlsieve import InvalidURL, canonicalize, parse_url
 from urlsieve.url import parse
 
 
-def _counting(fn: Callable[[str], object]) -> Callable[[list[str]], int]:
+def _counting(
+    fn: Callable[[str], object], refusal: type[Exception] = Exception
+) -> Callable[[list[str]], int]:
+    """Run ``fn`` over the URLs, counting those it refuses (peers raise assorted errors on odd
+    input; urlsieve's refusal is InvalidURL, and anything else escapes)."""
+
     def run(urls: list[str]) -> int:
         failures = 0
         for u in urls:
             try:
                 fn(u)
-            except Exception:  # peers raise assorted errors on odd input
+            except refusal:
                 failures += 1
         return failures
 
@@ -51,24 +56,8 @@ def _with_scheme(urls: list[str]) -> list[str]:
     return _SCHEMED[key]
 
 
-def _urlsieve_all(urls: list[str]) -> int:
-    failures = 0
-    for u in urls:
-        try:
-            canonicalize(u)
-        except InvalidURL:
-            failures += 1
-    return failures
-
-
-def _urlsieve_parse(urls: list[str]) -> int:
-    failures = 0
-    for u in urls:
-        try:
-            parse_url(u)
-        except InvalidURL:
-            failures += 1
-    return failures
+_urlsieve_all = _counting(canonicalize, InvalidURL)
+_urlsieve_parse = _counting(parse_url, InvalidURL)
 
 
 def _pure(run: Callable[[list[str]], int]) -> Callable[[list[str]], int]:

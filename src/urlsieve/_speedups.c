@@ -546,6 +546,9 @@ enum {
     REWRITE_PLAIN = 4,
 };
 
+/* The schemes with a host (url/parse.py's SCHEMES), the only ones the scan accepts. */
+static const char *const scheme_text[5] = {"http", "https", "ftp", "ws", "wss"};
+
 /* Writes the rewritten URL to out (room for REWRITE_CAP bytes); returns its length, or -1.
    how: REWRITE_* flags. */
 static Py_ssize_t
@@ -575,9 +578,8 @@ rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out,
         }
     }
     if (colon > 0 && colon + 2 < n && s[colon + 1] == '/' && s[colon + 2] == '/') {
-        static const char *schemes[] = {"http", "https", "ftp", "ws", "wss"};
         int known = 0;
-        for (int k = 0; k < 5 && !known; k++) known = lower_eq(s, colon, schemes[k]);
+        for (int k = 0; k < 5 && !known; k++) known = lower_eq(s, colon, scheme_text[k]);
         if (!known) return -1;
         for (Py_ssize_t j = 0; j < colon; j++) {
             unsigned char c = s[j];
@@ -661,8 +663,21 @@ rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out,
     return o;
 }
 
-/* scan_canonical(s), else the rewrite into buf and scan_canonical of that: 1 with *text
-   and *len set to the canonical-form bytes' source (s or buf), 0 for the Python path. */
+/* The rewrite of s into buf and scan_canonical of that: 1 with *text = buf and *len set,
+   0 for the Python path. */
+static int
+rewrite_and_scan(const unsigned char *s, Py_ssize_t n, int allow_query, unsigned char *buf,
+                 const unsigned char **text, Py_ssize_t *len, spans *sp, int how)
+{
+    Py_ssize_t m = rewrite_near_canonical(s, n, buf, how);
+    if (m < 0 || !scan_canonical(buf, m, allow_query, sp)) return 0;
+    *text = buf;
+    *len = m;
+    return 1;
+}
+
+/* scan_canonical(s), else rewrite_and_scan: 1 with *text and *len set to the
+   canonical-form bytes' source (s or buf), 0 for the Python path. */
 static int
 scan_or_rewrite(const unsigned char *s, Py_ssize_t n, int allow_query, unsigned char *buf,
                 const unsigned char **text, Py_ssize_t *len, spans *sp, int how)
@@ -672,11 +687,7 @@ scan_or_rewrite(const unsigned char *s, Py_ssize_t n, int allow_query, unsigned 
         *len = n;
         return 1;
     }
-    Py_ssize_t m = rewrite_near_canonical(s, n, buf, how);
-    if (m < 0 || !scan_canonical(buf, m, allow_query, sp)) return 0;
-    *text = buf;
-    *len = m;
-    return 1;
+    return rewrite_and_scan(s, n, allow_query, buf, text, len, sp, how);
 }
 
 
@@ -761,27 +772,31 @@ one_url_scan(PyObject *url, int allow_query, int how, one_url *u)
             u->len = n;
             return 1;
         }
-        if (n + 8 > REWRITE_CAP) return 0;
         u->buf = PyMem_Malloc(REWRITE_CAP);
         if (u->buf == NULL) goto nomem;
-        return scan_or_rewrite(s, n, allow_query, u->buf, &u->text, &u->len, &u->sp,
-                               how & ~REWRITE_HIGH);
+        return rewrite_and_scan(s, n, allow_query, u->buf, &u->text, &u->len, &u->sp, how);
     }
     if (n > MAX_URL / 4) return 0;
     u->buf = PyMem_Malloc(MAX_URL + REWRITE_CAP);
     if (u->buf == NULL) goto nomem;
     Py_ssize_t m = url_bytes(url, u->buf);
-    return scan_or_rewrite(u->buf, m, allow_query, u->buf + MAX_URL, &u->text, &u->len, &u->sp,
-                           how | REWRITE_HIGH);
+    return rewrite_and_scan(u->buf, m, allow_query, u->buf + MAX_URL, &u->text, &u->len,
+                            &u->sp, how | REWRITE_HIGH);
 nomem:
     PyErr_NoMemory();
     return -1;
 }
 
-/* The arguments (url: str, allow_query, keep_port) of canonical_rewrite and url_parts. */
+/* The arguments (url: str, allow_query, keep_port[, ...]) of canonical_rewrite and
+   url_parts; usage: the call as its error message shows it. */
 static int
-one_url_args(const char *name, PyObject *const *args, int *allow_query, int *keep_port)
+one_url_args(const char *name, const char *usage, PyObject *const *args, Py_ssize_t nargs,
+             Py_ssize_t want, int *allow_query, int *keep_port)
 {
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", usage, want);
+        return -1;
+    }
     if (!PyUnicode_Check(args[0])) {
         PyErr_Format(PyExc_TypeError, "%s: url must be str, not %.100s", name,
                      Py_TYPE(args[0])->tp_name);
@@ -797,12 +812,11 @@ canonical_rewrite(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
     int allow_query, keep_port;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError,
-                        "canonical_rewrite(url, allow_query, keep_port) takes 3 arguments");
+    if (one_url_args("canonical_rewrite", "canonical_rewrite(url, allow_query, keep_port)", args,
+                     nargs, 3, &allow_query, &keep_port)
+        < 0) {
         return NULL;
     }
-    if (one_url_args("canonical_rewrite", args, &allow_query, &keep_port) < 0) return NULL;
     one_url u;
     int found = one_url_scan(args[0], allow_query, keep_port ? REWRITE_KEEP_PORT : 0, &u);
     PyObject *out = NULL;
@@ -818,7 +832,6 @@ canonical_rewrite(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 /* The five schemes' names, interned once (url_parts' first item). */
 static PyObject *scheme_names[5];
-static const char *const scheme_text[5] = {"http", "https", "ftp", "ws", "wss"};
 static PyObject *root_path; /* "/" */
 
 static PyObject *
@@ -872,12 +885,11 @@ url_parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
     int allow_query, keep_port;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError,
-                        "url_parts(url, allow_query, keep_port, cls) takes 4 arguments");
+    if (one_url_args("url_parts", "url_parts(url, allow_query, keep_port, cls)", args, nargs, 4,
+                     &allow_query, &keep_port)
+        < 0) {
         return NULL;
     }
-    if (one_url_args("url_parts", args, &allow_query, &keep_port) < 0) return NULL;
     if (!PyType_Check(args[3]) || !PyType_IsSubtype((PyTypeObject *)args[3], &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "url_parts: cls must be a subclass of tuple");
         return NULL;
