@@ -59,6 +59,41 @@ prefetch_str(const PyObject *obj)
 /* Room for a rewritten URL: at most MAX_URL + 16 bytes (what every caller allocates). */
 #define REWRITE_CAP (MAX_URL + 16)
 
+/* Scratch for one call (the lookup text and a rewritten URL, or a URL's bytes and its
+   rewrite): the module keeps one block between calls, since a call for one URL paid for
+   an allocation of 128 KiB each time, which glibc maps and unmaps. Taken and given back
+   with the GIL held; a call made while it is out (from a destructor the call runs, or in
+   another thread while the call has let go of the GIL) allocates its own. */
+#define SCRATCH (2 * (MAX_URL + 16))
+_Static_assert(SCRATCH >= MAX_URL + REWRITE_CAP, "one_url_scan's bytes and rewrite fit");
+static unsigned char *kept_scratch;
+static int kept_scratch_out;
+
+static unsigned char *
+scratch_take(void)
+{
+#ifndef Py_GIL_DISABLED
+    if (!kept_scratch_out) {
+        if (kept_scratch == NULL) kept_scratch = PyMem_Malloc(SCRATCH);
+        if (kept_scratch != NULL) {
+            kept_scratch_out = 1;
+            return kept_scratch;
+        }
+    }
+#endif
+    return PyMem_Malloc(SCRATCH);
+}
+
+static void
+scratch_give(unsigned char *p)
+{
+    if (p != NULL && p == kept_scratch) {
+        kept_scratch_out = 0;
+    } else {
+        PyMem_Free(p);
+    }
+}
+
 /* A growing output buffer (PyMem); grow_put: -1 when out of memory. */
 typedef struct {
     char *p;
@@ -772,12 +807,12 @@ one_url_scan(PyObject *url, int allow_query, int how, one_url *u)
             u->len = n;
             return 1;
         }
-        u->buf = PyMem_Malloc(REWRITE_CAP);
+        u->buf = scratch_take();
         if (u->buf == NULL) goto nomem;
         return rewrite_and_scan(s, n, allow_query, u->buf, &u->text, &u->len, &u->sp, how);
     }
     if (n > MAX_URL / 4) return 0;
-    u->buf = PyMem_Malloc(MAX_URL + REWRITE_CAP);
+    u->buf = scratch_take(); /* MAX_URL + REWRITE_CAP bytes */
     if (u->buf == NULL) goto nomem;
     Py_ssize_t m = url_bytes(url, u->buf);
     return rewrite_and_scan(u->buf, m, allow_query, u->buf + MAX_URL, &u->text, &u->len,
@@ -826,7 +861,7 @@ canonical_rewrite(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     } else if (found == 0) {
         out = Py_NewRef(Py_None);
     }
-    PyMem_Free(u.buf);
+    scratch_give(u.buf);
     return out;
 }
 
@@ -911,7 +946,7 @@ url_parts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
            CPython does for such a tuple, here for the subclass it skips) */
         if (out != NULL && PyObject_IS_GC(out)) PyObject_GC_UnTrack(out);
     }
-    PyMem_Free(u.buf);
+    scratch_give(u.buf);
     return out;
 }
 
@@ -1389,40 +1424,110 @@ parent_level(const unsigned char *host, Py_ssize_t hl, int is_ip, Py_ssize_t *st
     return 1;
 }
 
+/* The lookup text of a canonical URL s[0:n] in buf: host + lower(path or "/") +
+   ["?" + lower(query)], so that every expression of a host level is one slice of it.
+   *hl, *pl: the host's and the path's lengths; *ql: the query's, -1 without one. */
+static void
+lookup_text(const unsigned char *s, Py_ssize_t n, const spans *sp, unsigned char *buf,
+            Py_ssize_t *hl, Py_ssize_t *pl, Py_ssize_t *ql)
+{
+    *hl = sp->host_end - sp->host_start;
+    memcpy(buf, s + sp->host_start, (size_t)*hl);
+    unsigned char *path = buf + *hl;
+    if (sp->has_path) {
+        *pl = sp->path_end - sp->host_end;
+        for (Py_ssize_t k = 0; k < *pl; k++) {
+            unsigned char c = s[sp->host_end + k];
+            path[k] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
+        }
+    } else {
+        *pl = 1;
+        path[0] = '/';
+    }
+    *ql = -1;
+    if (sp->query_start >= 0) {
+        *ql = n - sp->query_start;
+        path[*pl] = '?';
+        for (Py_ssize_t k = 0; k < *ql; k++) {
+            unsigned char c = s[sp->query_start + k];
+            path[*pl + 1 + k] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
+        }
+    }
+}
+
+/* The expressions of one host level, most specific first: the query expression, the
+   path, then each prefix ending at a "/". `end` is the expression's length past the host
+   (-1: the query expression), `bit` its depth bit in the host's depths, `exact_path`
+   whether it is the whole path. */
+typedef struct {
+    const unsigned char *path;
+    Py_ssize_t pl, ql, slashes, end, depth, cut;
+    uint64_t bit;
+    int exact_path, stage;
+} expr_walk;
+
+static inline void
+walk_start(expr_walk *w, const unsigned char *path, Py_ssize_t pl, Py_ssize_t ql,
+           Py_ssize_t slashes)
+{
+    *w = (expr_walk){.path = path, .pl = pl, .ql = ql, .slashes = slashes,
+                     .end = ql >= 0 ? -1 : pl, .depth = 0, .cut = -1,
+                     .bit = ql >= 0 ? QUERY_BIT : depth_bit(slashes),
+                     .exact_path = 1, .stage = ql >= 0 ? 0 : 1};
+}
+
+/* The expression's length (host excluded). */
+static inline size_t
+walk_len(const expr_walk *w)
+{
+    return (size_t)(w->end < 0 ? w->pl + 1 + w->ql : w->end);
+}
+
+/* Move to the next expression: 0 when there is none. */
+static inline int
+walk_next(expr_walk *w)
+{
+    if (w->stage == 0) {
+        w->stage = 1;
+        w->end = w->pl;
+        w->bit = depth_bit(w->slashes);
+        return 1;
+    }
+    if (w->stage == 1) {
+        w->stage = 2;
+        w->depth = w->path[w->pl - 1] == '/' ? w->slashes - 1 : w->slashes;
+        w->cut = w->pl - 1;
+    } else {
+        w->depth--;
+    }
+    /* cut = rfind("/", 0, cut) */
+    Py_ssize_t c = w->cut - 1;
+    while (c >= 0 && w->path[c] != '/') c--;
+    if (c < 0) return 0;
+    w->cut = c;
+    w->end = c + 1;
+    w->bit = depth_bit(w->depth);
+    w->exact_path = 0;
+    return 1;
+}
+
+static inline Py_ssize_t
+count_slashes(const unsigned char *path, Py_ssize_t pl)
+{
+    Py_ssize_t slashes = 0;
+    for (Py_ssize_t k = 0; k < pl; k++) slashes += path[k] == '/';
+    return slashes;
+}
+
 /* The rule deciding s[0:n], -1 for none, -2 off the fast path. buf: scratch of n bytes. */
 static int64_t
 match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans *spp,
           unsigned char *buf)
 {
-    const spans sp = *spp;
-    /* buf = host + lower(path or "/") + ["?" + lower(query)]: every expression of a host
-       level is one slice of it. */
-    Py_ssize_t hl = sp.host_end - sp.host_start;
-    memcpy(buf, s + sp.host_start, (size_t)hl);
-    Py_ssize_t pl;
-    if (sp.has_path) {
-        pl = sp.path_end - sp.host_end;
-        for (Py_ssize_t k = 0; k < pl; k++) {
-            unsigned char c = s[sp.host_end + k];
-            buf[hl + k] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
-        }
-    } else {
-        pl = 1;
-        buf[hl] = '/';
-    }
+    Py_ssize_t hl, pl, ql;
+    lookup_text(s, n, spp, buf, &hl, &pl, &ql);
     const unsigned char *path = buf + hl;
-    Py_ssize_t ql = -1;
-    if (sp.query_start >= 0) {
-        ql = n - sp.query_start;
-        buf[hl + pl] = '?';
-        for (Py_ssize_t k = 0; k < ql; k++) {
-            unsigned char c = s[sp.query_start + k];
-            buf[hl + pl + 1 + k] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
-        }
-    }
-    /* path candidates: (end, bit, exact), most specific first */
-    Py_ssize_t slashes = 0;
-    for (Py_ssize_t k = 0; k < pl; k++) slashes += path[k] == '/';
+    Py_ssize_t slashes = count_slashes(path, pl);
     Py_ssize_t labels = host_labels(buf, hl), start = 0;
     for (int level = 0;; level++) {
         if (level_stored(im, labels)) {
@@ -1431,57 +1536,120 @@ match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans *sp
             uint64_t depths = probe(im->hosts, im->host_slots, h64(host, host_len));
             if (depths) {
                 int64_t best_rank = -1, best_id = -1;
-                /* the query expression, the path, then each prefix ending at a "/" */
-                Py_ssize_t end = ql >= 0 ? -1 : pl, depth = 0, cut = -1;
-                uint64_t bit = ql >= 0 ? QUERY_BIT : depth_bit(slashes);
-                int exact_path = 1, stage = ql >= 0 ? 0 : 1;
-                for (;;) {
-                    if (depths & bit) {
-                        size_t elen = host_len + (size_t)(end < 0 ? pl + 1 + ql : end);
-                        uint64_t value = probe(im->exprs, im->expr_slots, h64(host, elen));
-                        if (value) {
-                            uint64_t first = value >> COUNT_BITS;
-                            uint64_t count = value & ((1u << COUNT_BITS) - 1);
-                            if (first <= im->n_postings && count <= im->n_postings - first) {
-                                for (uint64_t k = 0; k < count; k++) {
-                                    uint64_t id = im->postings[first + k];
-                                    int64_t rank =
-                                        candidate(im, id, host, elen, exact_path, level);
-                                    if (rank > best_rank) {
-                                        best_rank = rank;
-                                        best_id = (int64_t)id;
-                                    }
-                                }
-                            }
+                expr_walk w;
+                walk_start(&w, path, pl, ql, slashes);
+                do {
+                    if (!(depths & w.bit)) continue;
+                    size_t elen = host_len + walk_len(&w);
+                    uint64_t value = probe(im->exprs, im->expr_slots, h64(host, elen));
+                    if (!value) continue;
+                    uint64_t first = value >> COUNT_BITS;
+                    uint64_t count = value & ((1u << COUNT_BITS) - 1);
+                    if (first > im->n_postings || count > im->n_postings - first) continue;
+                    for (uint64_t k = 0; k < count; k++) {
+                        uint64_t id = im->postings[first + k];
+                        int64_t rank = candidate(im, id, host, elen, w.exact_path, level);
+                        if (rank > best_rank) {
+                            best_rank = rank;
+                            best_id = (int64_t)id;
                         }
                     }
-                    /* next candidate */
-                    if (stage == 0) {
-                        stage = 1;
-                        end = pl;
-                        bit = depth_bit(slashes);
-                        continue;
-                    }
-                    if (stage == 1) {
-                        stage = 2;
-                        depth = path[pl - 1] == '/' ? slashes - 1 : slashes;
-                        cut = pl - 1;
-                    } else {
-                        depth--;
-                    }
-                    /* cut = rfind("/", 0, cut) */
-                    Py_ssize_t c = cut - 1;
-                    while (c >= 0 && path[c] != '/') c--;
-                    if (c < 0) break;
-                    cut = c;
-                    end = c + 1;
-                    bit = depth_bit(depth);
-                    exact_path = 0;
-                }
+                } while (walk_next(&w));
                 if (best_id >= 0) return best_id;
             }
         }
-        if (!parent_level(buf, hl, sp.is_ip, &start, &labels)) return -1;
+        if (!parent_level(buf, hl, spp->is_ip, &start, &labels)) return -1;
+    }
+}
+
+/* ---- Warming: the memory a URL's lookup will read, asked for a few URLs ahead --------
+ * At 1M rules each lookup that finds its host waits on a chain of cache misses: the
+ * expression slot, the postings, the rule record, the rule's strings. snapshot_match walks
+ * that chain for the URLs ahead of the one it matches, one link per URL step, with
+ * prefetches only: what match_one then reads is in the cache. The walk decides nothing
+ * (match_one alone does, unchanged), so it may stop short anywhere; every read is
+ * bounds-checked as match_one's are. */
+#define WARM_MAX 16
+
+typedef struct {
+    int ok;  /* canonical as it is (sp is its scan); 0: matched without warming */
+    spans sp;
+    int n;   /* what v holds: expression keys, then table values, then rule ids */
+    uint64_t v[WARM_MAX];
+} warm_url;
+
+/* Step 1: the expression slots of every stored host level's expressions. */
+static void
+warm_exprs(const image *im, const unsigned char *s, Py_ssize_t n, warm_url *u,
+           unsigned char *buf)
+{
+    u->n = 0;
+    if (!u->ok) return;
+    Py_ssize_t hl, pl, ql;
+    lookup_text(s, n, &u->sp, buf, &hl, &pl, &ql);
+    const unsigned char *path = buf + hl;
+    Py_ssize_t slashes = count_slashes(path, pl);
+    Py_ssize_t labels = host_labels(buf, hl), start = 0;
+    do {
+        if (!level_stored(im, labels)) continue;
+        const unsigned char *host = buf + start;
+        size_t host_len = (size_t)(hl - start);
+        uint64_t depths = probe(im->hosts, im->host_slots, h64(host, host_len));
+        if (!depths) continue;
+        expr_walk w;
+        walk_start(&w, path, pl, ql, slashes);
+        do {
+            if (!(depths & w.bit)) continue;
+            if (u->n == WARM_MAX) return;
+            uint64_t key = h64(host, host_len + walk_len(&w));
+            PREFETCH_READ(im->exprs + 2 * slot_home(key, im->expr_slots));
+            u->v[u->n++] = key;
+        } while (walk_next(&w));
+    } while (parent_level(buf, hl, u->sp.is_ip, &start, &labels));
+}
+
+/* Step 2: the postings of the expressions found. */
+static void
+warm_postings(const image *im, warm_url *u)
+{
+    int kept = 0;
+    for (int j = 0; j < u->n; j++) {
+        uint64_t value = probe(im->exprs, im->expr_slots, u->v[j]);
+        uint64_t first = value >> COUNT_BITS;
+        if (!value || first >= im->n_postings) continue;
+        PREFETCH_READ(im->postings + first);
+        u->v[kept++] = value;
+    }
+    u->n = kept;
+}
+
+/* Step 3: the records of the rules posted. */
+static void
+warm_records(const image *im, warm_url *u)
+{
+    uint64_t values[WARM_MAX];
+    int n = u->n, kept = 0;
+    memcpy(values, u->v, (size_t)n * sizeof *values);
+    for (int j = 0; j < n; j++) {
+        uint64_t first = values[j] >> COUNT_BITS, count = values[j] & ((1u << COUNT_BITS) - 1);
+        for (uint64_t k = 0; k < count && first + k < im->n_postings && kept < WARM_MAX; k++) {
+            uint64_t id = im->postings[first + k];
+            if (id >= im->n_rules) continue;
+            PREFETCH_READ(im->rules + 32 * id);
+            u->v[kept++] = id;
+        }
+    }
+    u->n = kept;
+}
+
+/* Step 4: the rules' strings. */
+static void
+warm_strings(const image *im, const warm_url *u)
+{
+    for (int j = 0; j < u->n; j++) {
+        const record rec = read_record(im, u->v[j]);
+        uint64_t start = (uint64_t)rec.off + rec.n_pat;
+        if (start < im->strings_len) PREFETCH_READ(im->strings + start);
     }
 }
 
@@ -1559,8 +1727,15 @@ prefetch_hosts(const image *im, const unsigned char *s, Py_ssize_t n, spans *sp)
     return 1;
 }
 
-/* How many URLs ahead snapshot_match asks for their host-table slots. */
+/* How many URLs ahead snapshot_match asks for their host-table slots, and for each later
+   link of the lookup's chain (warm_exprs .. warm_strings). WARM_RING: a power of two above
+   HOSTS_AHEAD. */
 #define HOSTS_AHEAD 8
+#define EXPRS_AHEAD 4
+#define POSTINGS_AHEAD 3
+#define RECORDS_AHEAD 2
+#define STRINGS_AHEAD 1
+#define WARM_RING 16
 
 static PyObject *
 snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1638,7 +1813,7 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!image_open(&img, layout, &im)) goto done;
     im.mask = mask.obj ? mask.buf : NULL;
     im.mask_len = mask.obj ? mask.len : 0;
-    buf = PyMem_Malloc(2 * (MAX_URL + 16));
+    buf = scratch_take();
     if (buf == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -1656,11 +1831,12 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
     }
-    spans ahead[HOSTS_AHEAD];
-    int ahead_ok[HOSTS_AHEAD] = {0};
+    warm_url ring[WARM_RING];
+    for (int j = 0; j < WARM_RING; j++) ring[j].ok = ring[j].n = 0;
     Py_ssize_t left = 0; /* URLs off the fast path (-2) */
     for (Py_ssize_t k = -HOSTS_AHEAD; k < n_urls; k++) {
-        /* URL k + HOSTS_AHEAD's host slots are asked for, then URL k is matched */
+        /* URL k + HOSTS_AHEAD's host slots are asked for, the later links of the URLs
+           between are warmed, then URL k is matched */
         Py_ssize_t next = k + HOSTS_AHEAD; /* cannot overflow: n_urls is a list's size */
         if (next + PREFETCH < n_urls) prefetch_str(PyList_GET_ITEM(refs, next + PREFETCH));
         if (k >= 0) {
@@ -1670,6 +1846,7 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 goto done;
             }
             PyObject *url = PyList_GET_ITEM(refs, k);
+            warm_url *u = &ring[k % WARM_RING];
             if (!PyUnicode_IS_ASCII(url)) {
                 ids[k] = -2;
                 left++;
@@ -1681,8 +1858,8 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 const unsigned char *text = PyUnicode_1BYTE_DATA(url);
                 Py_ssize_t len = PyUnicode_GET_LENGTH(url);
                 spans sp;
-                if (ahead_ok[k % HOSTS_AHEAD]) { /* canonical as it is: scanned already */
-                    sp = ahead[k % HOSTS_AHEAD];
+                if (u->ok) { /* canonical as it is: scanned already */
+                    sp = u->sp;
                     ids[k] = match_one(&im, text, len, &sp, buf);
                 } else {
                     ids[k] = match_url(&im, text, len, buf, rewritten, &text, &len, &sp);
@@ -1698,19 +1875,34 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 }
             }
         }
-        /* URL next takes the slot URL k has just left */
-        int *ok = &ahead_ok[next % HOSTS_AHEAD];
-        *ok = 0;
-        if (next < n_urls && PyUnicode_IS_ASCII(PyList_GET_ITEM(refs, next))) {
+        /* the links ahead, the furthest first (each URL's previous link was asked for one
+           step ago) */
+        if (k + EXPRS_AHEAD >= 0 && k + EXPRS_AHEAD < n_urls) {
+            PyObject *later = PyList_GET_ITEM(refs, k + EXPRS_AHEAD);
+            warm_exprs(&im, PyUnicode_1BYTE_DATA(later), PyUnicode_GET_LENGTH(later),
+                       &ring[(k + EXPRS_AHEAD) % WARM_RING], buf);
+        }
+        if (k + POSTINGS_AHEAD >= 0 && k + POSTINGS_AHEAD < n_urls)
+            warm_postings(&im, &ring[(k + POSTINGS_AHEAD) % WARM_RING]);
+        if (k + RECORDS_AHEAD >= 0 && k + RECORDS_AHEAD < n_urls)
+            warm_records(&im, &ring[(k + RECORDS_AHEAD) % WARM_RING]);
+        if (k + STRINGS_AHEAD >= 0 && k + STRINGS_AHEAD < n_urls)
+            warm_strings(&im, &ring[(k + STRINGS_AHEAD) % WARM_RING]);
+        /* URL next takes the slot URL next - WARM_RING has left */
+        if (next < n_urls) {
+            warm_url *u = &ring[next % WARM_RING];
             PyObject *later = PyList_GET_ITEM(refs, next);
-            *ok = prefetch_hosts(&im, PyUnicode_1BYTE_DATA(later), PyUnicode_GET_LENGTH(later),
-                                 &ahead[next % HOSTS_AHEAD]);
+            u->ok = 0;
+            u->n = 0;
+            if (PyUnicode_IS_ASCII(later))
+                u->ok = prefetch_hosts(&im, PyUnicode_1BYTE_DATA(later),
+                                       PyUnicode_GET_LENGTH(later), &u->sp);
         }
     }
     result = PyLong_FromSsize_t(left);
 done:
     Py_XDECREF(refs);
-    PyMem_Free(buf);
+    scratch_give(buf);
     PyBuffer_Release(&img);
     PyBuffer_Release(&out);
     if (mask.obj) PyBuffer_Release(&mask);
@@ -1882,7 +2074,7 @@ line_batch_open(line_batch *b, PyObject *image_obj, PyObject *layout, PyObject *
     b->im.mask = b->mask.obj ? b->mask.buf : NULL;
     b->im.mask_len = b->mask.obj ? b->mask.len : 0;
     if (ok) {
-        b->buf = PyMem_Malloc(2 * (MAX_URL + 16));
+        b->buf = scratch_take();
         b->rewritten = b->buf == NULL ? NULL : b->buf + MAX_URL + 16;
         b->holes = PyList_New(0);
         if (b->buf == NULL && b->holes != NULL) PyErr_NoMemory();
@@ -1896,7 +2088,7 @@ line_batch_close(line_batch *b)
 {
     Py_CLEAR(b->holes);
     PyMem_Free(b->out.p);
-    PyMem_Free(b->buf);
+    scratch_give(b->buf);
     if (b->img.obj) PyBuffer_Release(&b->img);
     if (b->mask.obj) PyBuffer_Release(&b->mask);
 }
@@ -2214,7 +2406,7 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t *lens = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*lens));
     unsigned char *flags = PyMem_Malloc((size_t)(n ? n : 1));
     unsigned char *wide = PyMem_Malloc((size_t)(n ? n : 1)); /* a str beyond ASCII */
-    unsigned char *buf = PyMem_Malloc(2 * (MAX_URL + 16));
+    unsigned char *buf = scratch_take();
     unsigned char *rewritten = buf == NULL ? NULL : buf + MAX_URL + 16;
     /* A run's text, copied with the GIL: hashed without it, the strings may go. */
     unsigned char *copy = PyMem_Malloc(HASH_RUN_BYTES + MAX_URL);
@@ -2303,7 +2495,7 @@ done:
     PyMem_Free(data);
     PyMem_Free(lens);
     PyMem_Free(flags);
-    PyMem_Free(buf);
+    scratch_give(buf);
     PyBuffer_Release(&out);
     return result;
 }

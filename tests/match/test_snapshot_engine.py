@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import random
+import threading
 from typing import Any
 
 import numpy as np
@@ -192,9 +193,10 @@ def test_the_compiled_entry_point_refuses_misuse_with_typed_errors() -> None:
 
 @pytest.mark.usefixtures("compiled")
 @settings(max_examples=200, deadline=None)
-@given(st.binary(min_size=0, max_size=2048), st.lists(url_text, max_size=5))
+@given(st.binary(min_size=0, max_size=2048), st.lists(url_text, max_size=24))
 def test_a_damaged_image_gives_answers_never_a_crash(noise: bytes, urls: list[str]) -> None:
-    """Bytes of the body overwritten at random: the C path reads only inside the image."""
+    """Bytes of the body overwritten at random: the C path reads only inside the image,
+    the memory it asks for ahead of a URL (batches longer than that ring) included."""
     matcher = SnapshotMatcher.from_rules(rules_from(rulegen.random_rules(80, 3), 3))
     image = bytearray(matcher.image)
     start = 192 + (len(noise) * 7919) % (len(image) - 192)
@@ -303,6 +305,62 @@ def test_one_url_is_checked_on_the_compiled_path(monkeypatch: pytest.MonkeyPatch
         == 2
     )
     assert out.tolist()[0] == out.tolist()[2] == -2
+
+
+@pytest.mark.usefixtures("compiled")
+def test_a_call_made_while_the_scratch_is_out_gets_its_own() -> None:
+    """The module keeps one scratch block between calls. A call made while it is out, from
+    a destructor the call runs or from another thread while canonical_hashes has let go of
+    the GIL, must get its own block: neither call's answers change."""
+    matcher = SnapshotMatcher.from_rules(rules_from(["evil.com/a", "good.org/p/q"], 1))
+    # each needs the rewrite, which works in the scratch: case, dot segments, "//", fragments
+    urls = ["HTTP://EVIL.COM/a/./b#x", "http://GOOD.org//p/q/../q/r?Z=1", "http://x.test/A"] * 7
+    want = reference_ids(matcher, urls, None)
+    inner: list[tuple[list[int], str | None]] = []
+
+    def match(batch: list[str], forms: list[object] | None = None) -> list[int]:
+        out = np.empty(len(batch), dtype=np.int64)
+        speedups.snapshot_match(matcher._view, matcher._layout, batch, None, out, forms)  # type: ignore[union-attr]
+        return list(out.tolist())
+
+    class Old:
+        def __del__(self) -> None:
+            rewritten = speedups.canonical_rewrite("HTTP://Inner.TEST/./a/../b#f", True, False)  # type: ignore[union-attr]
+            inner.append((match(urls), rewritten))
+
+    forms: list[object] = [Old() for _ in urls]
+    assert match(urls, forms) == want
+    assert forms == [parse_url(url).canonical for url in urls]
+    assert len(inner) == len(urls)
+    assert all(ids == want and form == "http://inner.test/b" for ids, form in inner)
+
+    # threads: hashes computed without the GIL against lookups and rewrites meanwhile
+    many = [f"HTTP://Host{k % 97}.EXAMPLE/a/./b/../c{k}//d?Q={k}#f" for k in range(4000)]
+    hashes = np.empty(2 * len(many), dtype=np.uint64)
+    speedups.canonical_hashes(many, True, 128, hashes, False)  # type: ignore[union-attr]
+    expected = hashes.tolist()
+    stop = threading.Event()
+    wrong: list[str] = []
+
+    def lookups() -> None:
+        while not stop.is_set():
+            if match(urls) != want:
+                wrong.append("snapshot_match")
+            if speedups.canonical_rewrite(many[5], True, False) != parse_url(many[5]).canonical:  # type: ignore[union-attr]
+                wrong.append("canonical_rewrite")
+
+    other = threading.Thread(target=lookups)
+    other.start()
+    try:
+        for _ in range(30):
+            got = np.empty(2 * len(many), dtype=np.uint64)
+            speedups.canonical_hashes(many, True, 128, got, False)  # type: ignore[union-attr]
+            if got.tolist() != expected:
+                wrong.append("canonical_hashes")
+    finally:
+        stop.set()
+        other.join()
+    assert not wrong
 
 
 # -- a mask per URL (the policy engine: each client's pass list) ----------------------------
