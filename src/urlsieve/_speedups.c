@@ -1570,21 +1570,77 @@ match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans *sp
  * (match_one alone does, unchanged), so it may stop short anywhere; every read is
  * bounds-checked as match_one's are. */
 #define WARM_MAX 16
+/* A rewritten URL up to this long is kept in its ring slot (rewritten when its host slots
+   are asked for, then matched as kept); a longer one is rewritten again when matched. */
+#define WARM_TEXT 1024
+
+enum { WARM_NONE, WARM_AS_IS, WARM_REWRITTEN, WARM_REFUSED };
 
 typedef struct {
-    int ok;  /* canonical as it is (sp is its scan); 0: matched without warming */
+    /* WARM_AS_IS: canonical as it is (sp its scan); WARM_REWRITTEN: text[0:len] is its
+       rewrite (sp that text's scan); WARM_REFUSED: off the fast path (-2); WARM_NONE:
+       matched without warming */
+    int state;
     spans sp;
-    int n;   /* what v holds: expression keys, then table values, then rule ids */
+    int n; /* what v holds: expression keys, then table values, then rule ids */
     uint64_t v[WARM_MAX];
+    Py_ssize_t len;
+    unsigned char text[WARM_TEXT];
 } warm_url;
+
+/* Step 0: the URL s[0:n] scanned, or rewritten into u->text (match_url's steps, kept for
+   when it is matched), and its host slots asked for. */
+static void
+warm_hosts(const image *im, const unsigned char *s, Py_ssize_t n, warm_url *u,
+           unsigned char *rewritten)
+{
+    u->n = 0;
+    u->state = WARM_NONE;
+    if (n > MAX_URL - 8) {
+        u->state = WARM_REFUSED;
+        return;
+    }
+    if (scan_canonical(s, n, 1, &u->sp)) {
+        u->state = WARM_AS_IS;
+    } else {
+        const unsigned char *text;
+        Py_ssize_t len;
+        if (!rewrite_and_scan(s, n, 1, rewritten, &text, &len, &u->sp, 0)) {
+            u->state = WARM_REFUSED;
+            return;
+        }
+        if (len > WARM_TEXT) return; /* rewritten again when matched */
+        memcpy(u->text, text, (size_t)len);
+        u->len = len;
+        u->state = WARM_REWRITTEN;
+        s = u->text;
+    }
+    const unsigned char *host = s + u->sp.host_start;
+    Py_ssize_t hl = u->sp.host_end - u->sp.host_start, labels = host_labels(host, hl), start = 0;
+    do { /* the levels of match_one, in its order */
+        if (level_stored(im, labels)) {
+            uint64_t key = h64(host + start, (size_t)(hl - start));
+            PREFETCH_READ(im->hosts + 2 * slot_home(key, im->host_slots));
+        }
+    } while (parent_level(host, hl, u->sp.is_ip, &start, &labels));
+}
 
 /* Step 1: the expression slots of every stored host level's expressions. */
 static void
-warm_exprs(const image *im, const unsigned char *s, Py_ssize_t n, warm_url *u,
-           unsigned char *buf)
+warm_exprs(const image *im, PyObject *url, warm_url *u, unsigned char *buf)
 {
     u->n = 0;
-    if (!u->ok) return;
+    const unsigned char *s;
+    Py_ssize_t n;
+    if (u->state == WARM_REWRITTEN) {
+        s = u->text;
+        n = u->len;
+    } else if (u->state == WARM_AS_IS) { /* an ASCII str */
+        s = PyUnicode_1BYTE_DATA(url);
+        n = PyUnicode_GET_LENGTH(url);
+    } else {
+        return;
+    }
     Py_ssize_t hl, pl, ql;
     lookup_text(s, n, &u->sp, buf, &hl, &pl, &ql);
     const unsigned char *path = buf + hl;
@@ -1710,23 +1766,6 @@ match_url(const image *im, const unsigned char *s, Py_ssize_t n, unsigned char *
     return match_one(im, *text, *len, sp, buf);
 }
 
-/* Ask for the host-table slots the URL s[0:n] will probe (one per host level the rule
-   set has) when it is canonical as it is: 1 with *sp filled for match_one, else 0. */
-static int
-prefetch_hosts(const image *im, const unsigned char *s, Py_ssize_t n, spans *sp)
-{
-    if (n > MAX_URL - 8 || !scan_canonical(s, n, 1, sp)) return 0;
-    const unsigned char *host = s + sp->host_start;
-    Py_ssize_t hl = sp->host_end - sp->host_start, labels = host_labels(host, hl), start = 0;
-    do { /* the levels of match_one, in its order */
-        if (level_stored(im, labels)) {
-            uint64_t key = h64(host + start, (size_t)(hl - start));
-            PREFETCH_READ(im->hosts + 2 * slot_home(key, im->host_slots));
-        }
-    } while (parent_level(host, hl, sp->is_ip, &start, &labels));
-    return 1;
-}
-
 /* How many URLs ahead snapshot_match asks for their host-table slots, and for each later
    link of the lookup's chain (warm_exprs .. warm_strings). WARM_RING: a power of two above
    HOSTS_AHEAD. */
@@ -1832,7 +1871,10 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     warm_url ring[WARM_RING];
-    for (int j = 0; j < WARM_RING; j++) ring[j].ok = ring[j].n = 0;
+    for (int j = 0; j < WARM_RING; j++) {
+        ring[j].state = WARM_NONE;
+        ring[j].n = 0;
+    }
     Py_ssize_t left = 0; /* URLs off the fast path (-2) */
     for (Py_ssize_t k = -HOSTS_AHEAD; k < n_urls; k++) {
         /* URL k + HOSTS_AHEAD's host slots are asked for, the later links of the URLs
@@ -1857,17 +1899,23 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 }
                 const unsigned char *text = PyUnicode_1BYTE_DATA(url);
                 Py_ssize_t len = PyUnicode_GET_LENGTH(url);
-                spans sp;
-                if (u->ok) { /* canonical as it is: scanned already */
-                    sp = u->sp;
+                spans sp = u->sp;
+                if (u->state == WARM_AS_IS) { /* scanned already */
                     ids[k] = match_one(&im, text, len, &sp, buf);
+                } else if (u->state == WARM_REWRITTEN) { /* rewritten already */
+                    text = u->text;
+                    len = u->len;
+                    ids[k] = match_one(&im, text, len, &sp, buf);
+                } else if (u->state == WARM_REFUSED) {
+                    ids[k] = -2;
                 } else {
                     ids[k] = match_url(&im, text, len, buf, rewritten, &text, &len, &sp);
                 }
                 left += ids[k] == -2;
                 if (ids[k] != -2 && canon != NULL) {
-                    PyObject *form = text == rewritten ? canonical_text(text, len, &sp)
-                                                       : canonical_of(url, &sp);
+                    PyObject *form = text == PyUnicode_1BYTE_DATA(url)
+                                         ? canonical_of(url, &sp)
+                                         : canonical_text(text, len, &sp);
                     if (form == NULL) goto done;
                     PyObject *old = PyList_GET_ITEM(canon, k);
                     PyList_SET_ITEM(canon, k, form);
@@ -1877,11 +1925,9 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         /* the links ahead, the furthest first (each URL's previous link was asked for one
            step ago) */
-        if (k + EXPRS_AHEAD >= 0 && k + EXPRS_AHEAD < n_urls) {
-            PyObject *later = PyList_GET_ITEM(refs, k + EXPRS_AHEAD);
-            warm_exprs(&im, PyUnicode_1BYTE_DATA(later), PyUnicode_GET_LENGTH(later),
+        if (k + EXPRS_AHEAD >= 0 && k + EXPRS_AHEAD < n_urls)
+            warm_exprs(&im, PyList_GET_ITEM(refs, k + EXPRS_AHEAD),
                        &ring[(k + EXPRS_AHEAD) % WARM_RING], buf);
-        }
         if (k + POSTINGS_AHEAD >= 0 && k + POSTINGS_AHEAD < n_urls)
             warm_postings(&im, &ring[(k + POSTINGS_AHEAD) % WARM_RING]);
         if (k + RECORDS_AHEAD >= 0 && k + RECORDS_AHEAD < n_urls)
@@ -1892,11 +1938,11 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (next < n_urls) {
             warm_url *u = &ring[next % WARM_RING];
             PyObject *later = PyList_GET_ITEM(refs, next);
-            u->ok = 0;
+            u->state = WARM_NONE;
             u->n = 0;
             if (PyUnicode_IS_ASCII(later))
-                u->ok = prefetch_hosts(&im, PyUnicode_1BYTE_DATA(later),
-                                       PyUnicode_GET_LENGTH(later), &u->sp);
+                warm_hosts(&im, PyUnicode_1BYTE_DATA(later), PyUnicode_GET_LENGTH(later), u,
+                           rewritten);
         }
     }
     result = PyLong_FromSsize_t(left);

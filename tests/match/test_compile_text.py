@@ -5,6 +5,7 @@ byte for byte, and the same report for every file, on any bytes."""
 
 from __future__ import annotations
 
+import mmap
 import random
 from pathlib import Path
 
@@ -16,8 +17,15 @@ from hypothesis import strategies as st
 from tests.needs import missing
 from urlsieve._accel import speedups
 from urlsieve.match import snapshot
-from urlsieve.match.snapshot import SnapshotBuilder, _slots, _table, _table_rounds
+from urlsieve.match.snapshot import (
+    SnapshotBuilder,
+    SnapshotMatcher,
+    _slots,
+    _table,
+    _table_rounds,
+)
 from urlsieve.rules import load_lists
+from urlsieve.rules.model import parse_rule
 from urlsieve.rules.readers import LineContext
 
 
@@ -332,3 +340,32 @@ def test_runs_of_a_sorted_array_are_what_np_unique_gives(values: list[int]) -> N
     want = np.unique(ordered, return_index=True, return_counts=True)
     for got, expected in zip((keys, first, counts), want, strict=True):
         assert np.array_equal(got, expected)
+
+
+def test_a_large_image_is_built_in_its_own_mapping(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From _OWN_MAPPING bytes on, the image is a private anonymous mapping (huge pages
+    asked for): the same bytes as in a bytearray, matched the same, and closed cleanly."""
+    rules = [
+        parse_rule(f"host{k}.example/p{k % 7}", "block", f"c{k % 3}", "gen.txt", k + 1)
+        for k in range(500)
+    ]
+
+    def build() -> bytearray | mmap.mmap:
+        builder = SnapshotBuilder()
+        for rule in rules:
+            builder.add(rule)
+        return builder.build({"x": 1}, created=0.0)
+
+    small = build()
+    assert isinstance(small, bytearray)
+    monkeypatch.setattr(snapshot, "_OWN_MAPPING", 0)
+    large = build()
+    assert isinstance(large, mmap.mmap) and bytes(large) == bytes(small)
+    memory = snapshot.image_memory(3 * 4096 + 5)
+    assert len(memory) == 3 * 4096 + 5 and memory[:] == bytes(len(memory))
+    urls = ["http://host3.example/p3/x", "http://host3.example/p4", "http://none.test/"]
+    with SnapshotMatcher.from_image(large) as matcher:
+        want = [matcher.check(url) for url in urls]
+        assert [v.blocked for v in want] == [True, False, False]
+        assert want == [SnapshotMatcher.from_image(small).check(url) for url in urls]
+    assert large.closed  # close() unmapped it

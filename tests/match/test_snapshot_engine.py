@@ -313,9 +313,12 @@ def test_a_call_made_while_the_scratch_is_out_gets_its_own() -> None:
     a destructor the call runs or from another thread while canonical_hashes has let go of
     the GIL, must get its own block: neither call's answers change."""
     matcher = SnapshotMatcher.from_rules(rules_from(["evil.com/a", "good.org/p/q"], 1))
-    # each needs the rewrite, which works in the scratch: case, dot segments, "//", fragments
+    # each needs the rewrite, which works in the scratch: case, dot segments, "//", fragments;
+    # one rewritten longer than a ring slot keeps (matched from the scratch again)
     urls = ["HTTP://EVIL.COM/a/./b#x", "http://GOOD.org//p/q/../q/r?Z=1", "http://x.test/A"] * 7
+    urls[9] = "HTTP://EVIL.COM/a/./" + "X" * 1500
     want = reference_ids(matcher, urls, None)
+    assert want[9] == want[0] >= 0
     inner: list[tuple[list[int], str | None]] = []
 
     def match(batch: list[str], forms: list[object] | None = None) -> list[int]:

@@ -559,8 +559,9 @@ class SnapshotBuilder:
 
     def build(
         self, meta: Mapping[str, Any] | None = None, created: float | None = None
-    ) -> bytearray:
-        """The image (header and body), ready to be written or matched in memory.
+    ) -> bytearray | mmap.mmap:
+        """The image (header and body), ready to be written or matched in memory (in
+        :func:`image_memory`).
 
         Laid out in one buffer: the tables and arrays are written in place, and the
         builder's own arrays are let go as they are used, so the peak is about the
@@ -639,7 +640,7 @@ class SnapshotBuilder:
             position = _align(position)
             offsets.append(position)
             position += size
-        image = bytearray(position)
+        image = image_memory(position)
         data = np.frombuffer(image, dtype=np.uint8)
 
         def section(k: int, dtype: Any) -> np.ndarray:
@@ -701,7 +702,40 @@ def _runs(ordered: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ordered[first], first, counts
 
 
-def build_image(rules: Iterable[Rule], meta: Mapping[str, Any] | None = None) -> bytearray:
+#: A compiled image in memory: a mapped file, or what :func:`image_memory` gives.
+Image = bytes | bytearray | mmap.mmap
+
+#: Images from this size on get memory of their own (see image_memory).
+_OWN_MAPPING = 4 << 20
+
+
+def image_memory(size: int) -> bytearray | mmap.mmap:
+    """Zeroed, writable memory for an image of ``size`` bytes.
+
+    A large one is a private anonymous mapping with transparent huge pages asked for
+    (``MADV_HUGEPAGE``; Linux's default, ``madvise``, gives them only when asked). A
+    lookup reads four to six places at random in an image of about 130 bytes a rule, and
+    with 4 KiB pages each read also waits for a page-table walk: at 1M rules the batch
+    lookup took about 0.55 µs a URL in a ``bytearray`` and 0.48 µs with huge pages. Where
+    the system has no huge pages the mapping is plain memory, as a ``bytearray`` is.
+    """
+    private = getattr(mmap, "MAP_PRIVATE", None)
+    anonymous = getattr(mmap, "MAP_ANONYMOUS", None)
+    if size < _OWN_MAPPING or private is None or anonymous is None:
+        return bytearray(size)
+    memory = mmap.mmap(-1, size, flags=private | anonymous)
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is not None:
+        try:
+            memory.madvise(advice)
+        except OSError:  # a kernel without transparent huge pages: plain pages
+            pass
+    return memory
+
+
+def build_image(
+    rules: Iterable[Rule], meta: Mapping[str, Any] | None = None
+) -> bytearray | mmap.mmap:
     """The compiled image of ``rules`` (see :class:`SnapshotBuilder`)."""
     builder = SnapshotBuilder()
     for rule in rules:
@@ -709,7 +743,7 @@ def build_image(rules: Iterable[Rule], meta: Mapping[str, Any] | None = None) ->
     return builder.build(meta)
 
 
-def write_image(image: bytes | bytearray | memoryview, path: str | os.PathLike[str]) -> None:
+def write_image(image: Image | memoryview, path: str | os.PathLike[str]) -> None:
     """Write ``image`` at ``path`` atomically (temporary file, fsync, rename)."""
     target = Path(path)
     try:
@@ -838,9 +872,7 @@ class SnapshotMatcher:
                     raise SnapshotError(
                         self.path, f"truncated: {size} bytes, shorter than the header"
                     )
-                self._mm: mmap.mmap | bytes | bytearray = mmap.mmap(
-                    fh.fileno(), 0, access=mmap.ACCESS_READ
-                )
+                self._mm: Image = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as exc:
             raise SnapshotError(self.path, f"cannot open: {exc.strerror or exc}") from exc
         try:
@@ -850,7 +882,7 @@ class SnapshotMatcher:
             raise
 
     @classmethod
-    def from_image(cls, image: bytes | bytearray, *, name: str = "<memory>") -> SnapshotMatcher:
+    def from_image(cls, image: Image, *, name: str = "<memory>") -> SnapshotMatcher:
         """A matcher over an image in memory (:class:`SnapshotBuilder`'s output)."""
         matcher = cls.__new__(cls)
         matcher.path = ""
