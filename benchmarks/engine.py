@@ -13,7 +13,8 @@ Run: ``python benchmarks/engine.py [--repeats 3] [--write] [--quick]`` (Debian's
    its ``pass`` line) and urlsieve enforces (one compiled image for all of them).
 2. ``urlsieve filter`` on the one-category workload, the text lists parsed by the run.
 3. ``Filter.check_many`` / ``match_many`` per URL against the rule count, canonical and
-   raw requests (generated rules in the seed patent's class ratios).
+   raw requests (generated rules in the seed patent's class ratios); ``Filter.check`` one
+   URL a call.
 4. ``urlsieve compile`` of 1M and 5M rules from a text list: seconds, peak memory
    (the child's max RSS), bytes a rule on disk; start-up (``Filter.load``).
 """
@@ -253,6 +254,10 @@ def filter_cli(args: argparse.Namespace, workdir: Path) -> str:
     )
 
 
+#: URLs checked one at a time, per rule count.
+ONE_AT_A_TIME = 20_000
+
+
 def lookups(args: argparse.Namespace) -> str:
     sizes = [10_000, 100_000, 1_000_000] if args.quick else [10_000, 100_000, 1_000_000, 5_000_000]
     traffic, _ = common.traffic_urls()
@@ -271,6 +276,8 @@ def lookups(args: argparse.Namespace) -> str:
             ok = [u for u in batch if _valid(u)]
             cells.append(f"{_per_url(flt.check_many, ok, args.repeats):.2f}")
             cells.append(f"{_per_url(flt.match_many, batch, args.repeats):.2f}")
+        one = canonical[:ONE_AT_A_TIME]  # the HTTP service and Scrapy check one URL a call
+        cells.append(f"{_per_url(lambda b, f=flt: [f.check(u) for u in b], one, args.repeats):.2f}")
         rows.append(cells)
         if n == 1_000_000:
             at_1m = (float(str(cells[2])), float(str(cells[4])))
@@ -290,6 +297,7 @@ def lookups(args: argparse.Namespace) -> str:
         "match_many, canonical",
         "check_many, raw",
         "match_many, raw",
+        f"check, one URL a call (canonical, first {ONE_AT_A_TIME:,})",
     ]
     return table(header, rows) + goals
 
