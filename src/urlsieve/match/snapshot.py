@@ -52,6 +52,7 @@ either the old file or the new one, never a half-written one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import mmap
@@ -726,10 +727,8 @@ def image_memory(size: int) -> bytearray | mmap.mmap:
     memory = mmap.mmap(-1, size, flags=private | anonymous)
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
     if advice is not None:
-        try:
+        with contextlib.suppress(OSError):  # a kernel without huge pages: plain pages
             memory.madvise(advice)
-        except OSError:  # a kernel without transparent huge pages: plain pages
-            pass
     return memory
 
 

@@ -259,9 +259,7 @@ class ExactStore(MappedStore):
         return fingerprint64(url, self._profile) or 1
 
     def _fingerprints(self, urls: Iterable[str]) -> U64:
-        keys = fingerprint_array64(urls, self._profile)
-        keys[keys == 0] = 1
-        return keys
+        return fingerprint_array64(urls, self._profile)  # a 0 counts as 1: see add_fingerprints
 
     def _find(self, fp: int) -> tuple[bool, int]:
         """(found, word index of the slot holding ``fp`` or of the empty slot for it)."""
@@ -306,12 +304,13 @@ class ExactStore(MappedStore):
     def add_fingerprints(self, keys: npt.ArrayLike) -> Flags:
         """Add 64-bit fingerprints (0 counts as 1); True where new, the first of repeats only."""
         keys = np.asarray(keys, dtype=np.uint64)
-        out = np.zeros(len(keys), dtype=bool)
         if not len(keys):
-            return out
-        keys = np.where(keys == 0, np.uint64(1), keys)
+            return np.zeros(0, dtype=bool)
+        if not keys.all():  # 0 marks an empty slot
+            keys = np.where(keys == 0, np.uint64(1), keys)
         if speedups is not None:  # compiled, in order: the first of repeats is the new one
             return self._insert(keys)
+        out = np.zeros(len(keys), dtype=bool)
         order = np.argsort(keys)  # sorted keys have sorted home buckets: see probe()
         ordered = keys[order]
         starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
@@ -373,7 +372,8 @@ class ExactStore(MappedStore):
     def contains_fingerprints(self, keys: npt.ArrayLike) -> Flags:
         """Membership of 64-bit fingerprints (0 counts as 1)."""
         keys = np.asarray(keys, dtype=np.uint64)
-        keys = np.where(keys == 0, np.uint64(1), keys)
+        if not keys.all():  # 0 marks an empty slot
+            keys = np.where(keys == 0, np.uint64(1), keys)
         with self._reading:
             return self._lookup(keys)
 
