@@ -262,6 +262,7 @@ def lookups(args: argparse.Namespace) -> str:
     sizes = [10_000, 100_000, 1_000_000] if args.quick else [10_000, 100_000, 1_000_000, 5_000_000]
     traffic, _ = common.traffic_urls()
     rows = []
+    curves: dict[str, list[float]] = {}
     at_1m: tuple[float, float] | None = None
     for n in sizes:
         rules = patent_rules(n)
@@ -272,10 +273,15 @@ def lookups(args: argparse.Namespace) -> str:
         del rules
         canonical = [canonicalize(u) for u in raw if _valid(u)]
         cells: list[object] = [f"{n:,}", f"{build_s:.1f} s"]
-        for batch in (canonical, raw):
+        for label, batch in (("canonical", canonical), ("raw", raw)):
             ok = [u for u in batch if _valid(u)]
-            cells.append(f"{_per_url(flt.check_many, ok, args.repeats):.2f}")
-            cells.append(f"{_per_url(flt.match_many, batch, args.repeats):.2f}")
+            for name, fn, urls in (
+                ("check_many", flt.check_many, ok),
+                ("match_many", flt.match_many, batch),
+            ):
+                per = _per_url(fn, urls, args.repeats)
+                curves.setdefault(f"{name}, {label}", []).append(per)
+                cells.append(f"{per:.2f}")
         one = canonical[:ONE_AT_A_TIME]  # the HTTP service and Scrapy check one URL a call
         cells.append(f"{_per_url(lambda b, f=flt: [f.check(u) for u in b], one, args.repeats):.2f}")
         rows.append(cells)
@@ -299,7 +305,31 @@ def lookups(args: argparse.Namespace) -> str:
         "match_many, raw",
         f"check, one URL a call (canonical, first {ONE_AT_A_TIME:,})",
     ]
-    return table(header, rows) + goals
+    return table(header, rows) + plot_lookups(sizes, curves) + goals
+
+
+def plot_lookups(sizes: list[int], curves: dict[str, list[float]]) -> str:
+    """The batch lookup cost against the rule count (engine-lookups.png)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "\n\n(no plot: matplotlib is not installed; `pip install -e '.[bench]'`)"
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for (label, values), marker in zip(curves.items(), "os^v", strict=False):
+        ax.plot(sizes[: len(values)], values, f"{marker}-", label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("rules")
+    ax.set_ylabel("µs a URL (median)")
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = common.RESULTS.parent / "engine-lookups.png"
+    fig.savefig(out, dpi=110)
+    return f"\n\n![batch lookup cost against the rule count]({out.name})"
 
 
 def _valid(url: str) -> bool:
