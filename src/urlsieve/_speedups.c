@@ -1519,7 +1519,8 @@ count_slashes(const unsigned char *path, Py_ssize_t pl)
     return slashes;
 }
 
-/* The rule deciding s[0:n], -1 for none, -2 off the fast path. buf: scratch of n bytes. */
+/* The rule deciding s[0:n], -1 for none, -2 off the fast path. buf: scratch of n + 1
+   bytes (a "/" is added when there is no path). */
 static int64_t
 match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans *spp,
           unsigned char *buf)
@@ -1899,10 +1900,12 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 }
                 const unsigned char *text = PyUnicode_1BYTE_DATA(url);
                 Py_ssize_t len = PyUnicode_GET_LENGTH(url);
-                spans sp = u->sp;
+                spans sp;
                 if (u->state == WARM_AS_IS) { /* scanned already */
+                    sp = u->sp;
                     ids[k] = match_one(&im, text, len, &sp, buf);
                 } else if (u->state == WARM_REWRITTEN) { /* rewritten already */
+                    sp = u->sp;
                     text = u->text;
                     len = u->len;
                     ids[k] = match_one(&im, text, len, &sp, buf);

@@ -364,8 +364,13 @@ def test_a_large_image_is_built_in_its_own_mapping(monkeypatch: pytest.MonkeyPat
     memory = snapshot.image_memory(3 * 4096 + 5)
     assert len(memory) == 3 * 4096 + 5 and memory[:] == bytes(len(memory))
     urls = ["http://host3.example/p3/x", "http://host3.example/p4", "http://none.test/"]
+    other = SnapshotMatcher.from_image(large)  # a second matcher over the same image
     with SnapshotMatcher.from_image(large) as matcher:
         want = [matcher.check(url) for url in urls]
         assert [v.blocked for v in want] == [True, False, False]
         assert want == [SnapshotMatcher.from_image(small).check(url) for url in urls]
-    assert large.closed  # close() unmapped it
+    # the image is the caller's: closing one matcher leaves it, and the other matcher, be
+    assert not large.closed and bytes(large) == bytes(small)
+    assert [other.check(url) for url in urls] == want
+    other.close()
+    assert SnapshotMatcher.from_image(large).check(urls[0]) == want[0]

@@ -266,6 +266,12 @@ def test_the_remembered_idn_steps_are_bounded() -> None:
     before = remembered.cache_info().currsize
     assert host_module.map_idn(long_host) == long_host
     assert remembered.cache_info().currsize == before
+    # a short host whose mapping is long (U+FDFA maps to 18 characters): answered, not kept
+    expands = "\ufdfa" * 20
+    want = idna.uts46_remap(expands, std3_rules=False, transitional=False)
+    assert len(want) > 253
+    assert host_module.map_idn(expands) == host_module.map_idn(expands) == want
+    assert remembered.cache_info().currsize == before
     for k in range(5000):
         host_module.map_idn(f"ü{k}.example")
     assert remembered.cache_info().currsize <= 4096

@@ -971,12 +971,13 @@ class SnapshotMatcher:
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Unmap the file (views are released first; safe to call twice)."""
+        """Unmap the file (views are released first; safe to call twice). An image in
+        memory (:meth:`from_image`) is the caller's: only the views of it are released."""
         for name in ("_hosts", "_exprs", "_postings", "_view"):
             view = getattr(self, name, None)
             if view is not None:
                 view.release()
-        if isinstance(self._mm, mmap.mmap):
+        if self.path and isinstance(self._mm, mmap.mmap):
             self._mm.close()
 
     def __enter__(self) -> SnapshotMatcher:

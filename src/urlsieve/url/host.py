@@ -47,9 +47,10 @@ _MAX_IPV4_DIGITS = 12
 # (quadratic in a label's length) could never give a name DNS can resolve.
 _MAX_IDN_HOST = 253
 _MAX_IDN_LABEL = 63
-# Non-ASCII hosts (up to a DNS name's length) and labels whose UTS-46 mapping and Punycode
-# are remembered: both are pure Python (about 6 and 25 µs a host), and a site's requests
-# repeat its host. Bounded: at most about 4 MB however many hosts an attacker sends.
+# Non-ASCII hosts and labels whose UTS-46 mapping and Punycode are remembered: both are
+# pure Python (about 6 and 25 µs a host), and a site's requests repeat its host. Only
+# hosts and mappings up to a DNS name's length (a longer mapping is refused later anyway),
+# so at most about 8 MB however many hosts an attacker sends.
 _IDN_CACHE = 4096
 
 
@@ -75,6 +76,8 @@ def map_idn(host: str) -> str:
         if len(host) <= _MAX_IDN_HOST:
             return _uts46_remembered(host)
         return _uts46(host)
+    except _LongMapping as long:  # not remembered
+        return long.mapped
     except (idna.IDNAError, UnicodeError, ValueError) as exc:
         raise InvalidURL(f"host has a code point IDNA does not allow ({exc})") from exc
 
@@ -83,7 +86,20 @@ def _uts46(host: str) -> str:
     return idna.uts46_remap(host, std3_rules=False, transitional=False)
 
 
-_uts46_remembered = functools.lru_cache(maxsize=_IDN_CACHE)(_uts46)
+class _LongMapping(Exception):
+    """A mapping longer than a DNS name (one character can map to 18): lru_cache
+    remembers no call that raises, so this carries it past the cache."""
+
+    def __init__(self, mapped: str) -> None:
+        self.mapped = mapped
+
+
+@functools.lru_cache(maxsize=_IDN_CACHE)
+def _uts46_remembered(host: str) -> str:
+    mapped = _uts46(host)
+    if len(mapped) > _MAX_IDN_HOST:
+        raise _LongMapping(mapped)
+    return mapped
 
 
 def strip_dots(host: str) -> str:
