@@ -200,6 +200,26 @@ def _over(point: dict[str, float], goal: float) -> bool:
 
 
 def plot_categories(points: list[dict[str, float]]) -> str:
+    xs = [p["categories"] for p in points]
+    series = {
+        "squidGuard 1.6": (xs, [p["sg"] for p in points]),
+        "urlsieve squid-helper": (xs, [p["ours"] for p in points]),
+    }
+    return _log_x_plot(
+        series,
+        ("UT1 black categories checked", "request lines / s"),
+        "engine-categories.png",
+        "helper throughput against categories",
+    )
+
+
+def _log_x_plot(
+    series: dict[str, tuple[list[float], list[float]]],
+    labels: tuple[str, str],
+    name: str,
+    alt: str,
+) -> str:
+    """Lines on a log x axis, saved beside RESULTS.md; the Markdown that shows it."""
     try:
         import matplotlib
 
@@ -207,20 +227,19 @@ def plot_categories(points: list[dict[str, float]]) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "\n\n(no plot: matplotlib is not installed; `pip install -e '.[bench]'`)"
-    xs = [p["categories"] for p in points]
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.plot(xs, [p["sg"] for p in points], "o-", label="squidGuard 1.6")
-    ax.plot(xs, [p["ours"] for p in points], "s-", label="urlsieve squid-helper")
+    for (label, (xs, ys)), marker in zip(series.items(), "os^v", strict=False):
+        ax.plot(xs, ys, f"{marker}-", label=label)
     ax.set_xscale("log")
-    ax.set_xlabel("UT1 black categories checked")
-    ax.set_ylabel("request lines / s")
+    ax.set_xlabel(labels[0])
+    ax.set_ylabel(labels[1])
     ax.set_ylim(bottom=0)
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    out = common.RESULTS.parent / "engine-categories.png"
+    out = common.RESULTS.parent / name
     fig.savefig(out, dpi=110)
-    return f"\n\n![helper throughput against categories]({out.name})"
+    return f"\n\n![{alt}]({out.name})"
 
 
 def filter_cli(args: argparse.Namespace, workdir: Path) -> str:
@@ -310,26 +329,13 @@ def lookups(args: argparse.Namespace) -> str:
 
 def plot_lookups(sizes: list[int], curves: dict[str, list[float]]) -> str:
     """The batch lookup cost against the rule count (engine-lookups.png)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "\n\n(no plot: matplotlib is not installed; `pip install -e '.[bench]'`)"
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for (label, values), marker in zip(curves.items(), "os^v", strict=False):
-        ax.plot(sizes[: len(values)], values, f"{marker}-", label=label)
-    ax.set_xscale("log")
-    ax.set_xlabel("rules")
-    ax.set_ylabel("µs a URL (median)")
-    ax.set_ylim(bottom=0)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    out = common.RESULTS.parent / "engine-lookups.png"
-    fig.savefig(out, dpi=110)
-    return f"\n\n![batch lookup cost against the rule count]({out.name})"
+    series = {label: ([float(n) for n in sizes[: len(ys)]], ys) for label, ys in curves.items()}
+    return _log_x_plot(
+        series,
+        ("rules", "µs a URL (median)"),
+        "engine-lookups.png",
+        "batch lookup cost against the rule count",
+    )
 
 
 def _valid(url: str) -> bool:
