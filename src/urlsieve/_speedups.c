@@ -1563,6 +1563,15 @@ match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans *sp
     }
 }
 
+/* The canonical-form bytes a lookup matches the URL s[0:n] as: 1 with *text (s, or its
+   rewrite in `rewritten`: REWRITE_CAP bytes), *len and *sp; 0 off the fast path. */
+static int
+lookup_form(const unsigned char *s, Py_ssize_t n, unsigned char *rewritten,
+            const unsigned char **text, Py_ssize_t *len, spans *sp)
+{
+    return n <= MAX_URL - 8 && scan_or_rewrite(s, n, 1, rewritten, text, len, sp, 0);
+}
+
 /* ---- Warming: the memory a URL's lookup will read, asked for a few URLs ahead --------
  * At 1M rules each lookup that finds its host waits on a chain of cache misses: the
  * expression slot, the postings, the rule record, the rule's strings. snapshot_match walks
@@ -1589,28 +1598,25 @@ typedef struct {
     unsigned char text[WARM_TEXT];
 } warm_url;
 
-/* Step 0: the URL s[0:n] scanned, or rewritten into u->text (match_url's steps, kept for
-   when it is matched), and its host slots asked for. */
+/* Step 0: the URL s[0:n] scanned, or rewritten into u->text (lookup_form, kept for when
+   it is matched), and its host slots asked for. */
 static void
 warm_hosts(const image *im, const unsigned char *s, Py_ssize_t n, warm_url *u,
            unsigned char *rewritten)
 {
+    const unsigned char *text;
+    Py_ssize_t len;
     u->n = 0;
-    u->state = WARM_NONE;
-    if (n > MAX_URL - 8) {
+    if (!lookup_form(s, n, rewritten, &text, &len, &u->sp)) {
         u->state = WARM_REFUSED;
         return;
     }
-    if (scan_canonical(s, n, 1, &u->sp)) {
+    if (text == s) {
         u->state = WARM_AS_IS;
+    } else if (len > WARM_TEXT) {
+        u->state = WARM_NONE; /* rewritten again when matched */
+        return;
     } else {
-        const unsigned char *text;
-        Py_ssize_t len;
-        if (!rewrite_and_scan(s, n, 1, rewritten, &text, &len, &u->sp, 0)) {
-            u->state = WARM_REFUSED;
-            return;
-        }
-        if (len > WARM_TEXT) return; /* rewritten again when matched */
         memcpy(u->text, text, (size_t)len);
         u->len = len;
         u->state = WARM_REWRITTEN;
@@ -1762,8 +1768,7 @@ static int64_t
 match_url(const image *im, const unsigned char *s, Py_ssize_t n, unsigned char *buf,
           unsigned char *rewritten, const unsigned char **text, Py_ssize_t *len, spans *sp)
 {
-    if (n > MAX_URL - 8) return -2;
-    if (!scan_or_rewrite(s, n, 1, rewritten, text, len, sp, 0)) return -2;
+    if (!lookup_form(s, n, rewritten, text, len, sp)) return -2;
     return match_one(im, *text, *len, sp, buf);
 }
 
