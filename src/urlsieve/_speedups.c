@@ -43,9 +43,12 @@
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH_READ(p) __builtin_prefetch((const void *)(p), 0, 1)
 #define PREFETCH_WRITE(p) __builtin_prefetch((const void *)(p), 1, 1)
+/* used only by the batches built with xxhash.h: no warning in a build without it */
+#define MAYBE_UNUSED __attribute__((unused))
 #else
 #define PREFETCH_READ(p) ((void)(p))
 #define PREFETCH_WRITE(p) ((void)(p))
+#define MAYBE_UNUSED
 #endif
 
 /* The first two cache lines of a str or bytes object: its header and the start of its
@@ -113,7 +116,7 @@ grow_reserve(growbuf *b, size_t extra)
     return 0;
 }
 
-static int
+MAYBE_UNUSED static int
 grow_put(growbuf *b, const void *data, size_t len)
 {
     if (grow_reserve(b, len) < 0) return -1;
@@ -713,7 +716,7 @@ rewrite_and_scan(const unsigned char *s, Py_ssize_t n, int allow_query, unsigned
 
 /* scan_canonical(s), else rewrite_and_scan: 1 with *text and *len set to the
    canonical-form bytes' source (s or buf), 0 for the Python path. */
-static int
+MAYBE_UNUSED static int
 scan_or_rewrite(const unsigned char *s, Py_ssize_t n, int allow_query, unsigned char *buf,
                 const unsigned char **text, Py_ssize_t *len, spans *sp, int how)
 {
@@ -1257,6 +1260,14 @@ exact_insert(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(added);
 }
 
+/* A key's home slot in a table of `slots` (at most 2**32) slots: the top 32 bits of the
+   key scaled to the table (match/snapshot.py's _home), so any slot count works. */
+static inline uint64_t
+slot_home(uint64_t key, uint64_t slots)
+{
+    return ((key >> 32) * slots) >> 32;
+}
+
 #ifdef URLSIEVE_XXHASH
 /* ---------------------------------------------------------------------------------------
  * The compiled rule format's batch lookup (urlsieve/match/snapshot.py; the reference is
@@ -1292,14 +1303,6 @@ h64(const unsigned char *p, size_t n)
 {
     uint64_t h = XXH3_64bits(p, n);
     return h ? h : 1;
-}
-
-/* A key's home slot in a table of `slots` (at most 2**32) slots: the top 32 bits of the
-   key scaled to the table (match/snapshot.py's _home), so any slot count works. */
-static inline uint64_t
-slot_home(uint64_t key, uint64_t slots)
-{
-    return ((key >> 32) * slots) >> 32;
 }
 
 static uint64_t

@@ -7,8 +7,11 @@ regex) stays as the reference. Every string here goes through both.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 import sysconfig
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +20,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from tests.needs import missing
 from tests.url.test_properties import URLISH
+from urlsieve import Filter, canonicalize
 from urlsieve.url import parse
 from urlsieve.url.parse import _FAST, _parse_slow, fast_canonical_py
 from urlsieve.url.profile import FILTER
@@ -230,3 +235,48 @@ def test_misuse_is_a_type_error(
 ) -> None:
     with pytest.raises(TypeError, match=message):
         compiled(*args)
+
+
+_NO_XXHASH_RUN = r"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("urlsieve._speedups", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)  # an unresolved symbol fails here, at load
+sys.modules["urlsieve._speedups"] = module
+from urlsieve import Filter, canonicalize
+from urlsieve.url import parse
+assert parse.ACCELERATED and not hasattr(module, "snapshot_match"), "not the build asked for"
+urls = json.loads(sys.argv[2])
+flt = Filter.from_lists([sys.argv[3]], [sys.argv[3] + "/allowed"])
+print(json.dumps([[canonicalize(u), flt.check(u).action] for u in urls]))
+"""
+
+
+def test_the_extension_builds_and_loads_without_xxhash_h(tmp_path: Path) -> None:
+    """setup.py builds without the hashing batches when xxhash.h is absent: that build must
+    still load (a helper the batches share once left it with an unresolved symbol, and the
+    import fell back to pure Python everywhere) and answer as the reference does."""
+    if not _can_build():
+        missing("no C compiler or Python headers: the extension cannot be built")
+    source = Path(parse.__file__).parents[1] / "_speedups.c"
+    so = tmp_path / "_speedups_no_xxhash.so"
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()
+    include = sysconfig.get_paths()["include"]
+    build = [*compiler, "-O1", "-Wall", "-Werror", "-fPIC", "-shared", f"-I{include}"]
+    command = [*build, str(source), "-o", str(so)]
+    done = subprocess.run(command, check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lists = Path(parse.__file__).parents[1] / "data" / "sample-lists"
+    urls = [
+        "http://ads.example.com/x",
+        "HTTP://WWW.Example.COM:80/a/../b?q=1#f",
+        "http://sub.doubleclick.net/pixel.gif",
+        "https://bücher.example/",
+        "http://10.0.0.1/admin/",
+    ]
+    flt = Filter.from_lists([lists], [lists / "allowed"])
+    expected = [[canonicalize(u), flt.check(u).action] for u in urls]
+    run = [sys.executable, "-c", _NO_XXHASH_RUN, str(so), json.dumps(urls), str(lists)]
+    done = subprocess.run(run, check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == expected
