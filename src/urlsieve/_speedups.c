@@ -1277,20 +1277,28 @@ slot_home(uint64_t key, uint64_t slots)
  * image, so a damaged or hostile image gives wrong answers at worst, never a bad read.
  */
 
-enum { F_ALLOW = 1, F_EXACT_HOST = 2, F_ANCHORED = 4, F_IP = 8 };
-#define QUERY_BIT (UINT64_C(1) << 63)
-#define DEEP_BIT 62
-#define COUNT_BITS 16
+enum { F_ALLOW = 1, F_EXACT_HOST = 2, F_ANCHORED = 4, F_IP = 8, F_EXTRA = 64 };
+#define QUERY_BIT (UINT64_C(1) << 31)
+#define DEEP_BIT 30 /* path depths from 30 on share one bit */
+/* an expression slot's value with this bit set is the one rule id stored under it */
+#define ONE_RULE (UINT32_C(1) << 31)
+/* table slots: u64 key, u32 value; rule records; extras (snapshot.py's _SLOT, _RULE,
+   _EXTRA) */
+#define SLOT 12
+#define RECORD 16
+#define EXTRA 20
 
 typedef struct {
     const unsigned char *base;
     Py_ssize_t size;
-    const uint64_t *hosts, *exprs;
+    const unsigned char *hosts, *exprs;
     uint64_t host_slots, expr_slots;
     const uint32_t *postings;
     uint64_t n_postings;
     const unsigned char *rules;
     uint64_t n_rules;
+    const unsigned char *extras;
+    uint64_t n_extras;
     const unsigned char *strings;
     uint64_t strings_len;
     uint64_t host_depths;
@@ -1305,17 +1313,12 @@ h64(const unsigned char *p, size_t n)
     return h ? h : 1;
 }
 
-static uint64_t
-probe(const uint64_t *table, uint64_t slots, uint64_t key)
+static inline uint64_t
+rd64(const unsigned char *p)
 {
-    uint64_t i = slot_home(key, slots);
-    for (uint64_t tries = 0; tries < slots; tries++) {
-        uint64_t slot = table[2 * i];
-        if (slot == key) return table[2 * i + 1];
-        if (slot == 0) return 0;
-        if (++i == slots) i = 0;
-    }
-    return 0;
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
 }
 
 static inline uint32_t
@@ -1326,6 +1329,30 @@ rd32(const unsigned char *p)
     return v;
 }
 
+/* The value stored for key in a table of 12-byte slots, 0 when it is absent. */
+static uint32_t
+probe(const unsigned char *table, uint64_t slots, uint64_t key)
+{
+    uint64_t i = slot_home(key, slots);
+    for (uint64_t tries = 0; tries < slots; tries++) {
+        const unsigned char *p = table + SLOT * i;
+        uint64_t slot = rd64(p);
+        if (slot == key) return rd32(p + 8);
+        if (slot == 0) return 0;
+        if (++i == slots) i = 0;
+    }
+    return 0;
+}
+
+/* The cache lines of a key's home slot (a 12-byte slot may cross into the next line). */
+static inline void
+prefetch_slot(const unsigned char *table, uint64_t slots, uint64_t key)
+{
+    const unsigned char *p = table + SLOT * slot_home(key, slots);
+    PREFETCH_READ(p);
+    PREFETCH_READ(p + SLOT - 1);
+}
+
 static inline uint16_t
 rd16(const unsigned char *p)
 {
@@ -1334,7 +1361,8 @@ rd16(const unsigned char *p)
     return v;
 }
 
-/* A rule record of the image (snapshot.py's _RULE, "<IIIIiIIHH", 32 bytes). */
+/* A rule as its record (snapshot.py's _RULE, "<IIHHHBB", 16 bytes) and, with F_EXTRA,
+   its extra (_EXTRA, "<IIIIi", 20 bytes) give it: SnapshotMatcher._record. */
 typedef struct {
     uint32_t off, n_pat, n_host, n_path;
     int32_t n_query; /* -1: no query */
@@ -1342,16 +1370,26 @@ typedef struct {
     uint16_t category, flags;
 } record;
 
-/* The record of rule `id`, which the caller has checked is below im->n_rules. */
-static inline record
-read_record(const image *im, uint64_t id)
+/* The record of rule `id` (below im->n_rules, which the caller has checked): 0 when its
+   extra is not in the image. */
+static inline int
+read_record(const image *im, uint64_t id, record *rec)
 {
-    const unsigned char *r = im->rules + 32 * id;
-    return (record){
-        .off = rd32(r), .n_pat = rd32(r + 4), .n_host = rd32(r + 8), .n_path = rd32(r + 12),
-        .n_query = (int32_t)rd32(r + 16), .source_id = rd32(r + 20), .line = rd32(r + 24),
-        .category = rd16(r + 28), .flags = rd16(r + 30),
+    const unsigned char *r = im->rules + RECORD * id;
+    *rec = (record){
+        .off = rd32(r), .line = rd32(r + 4), .source_id = rd16(r + 8),
+        .category = rd16(r + 10), .n_path = rd16(r + 12), .n_host = r[14], .flags = r[15],
+        .n_pat = 0, .n_query = -1,
     };
+    if (!(rec->flags & F_EXTRA)) return 1;
+    if (rec->off >= im->n_extras) return 0;
+    const unsigned char *x = im->extras + EXTRA * (uint64_t)rec->off;
+    rec->off = rd32(x);
+    rec->n_pat = rd32(x + 4);
+    rec->n_host = rd32(x + 8);
+    rec->n_path = rd32(x + 12);
+    rec->n_query = (int32_t)rd32(x + 16);
+    return 1;
 }
 
 /* The rank of rule `id` if it matches expression e[0:elen] at this level, else -1. */
@@ -1359,8 +1397,8 @@ static int64_t
 candidate(const image *im, uint64_t id, const unsigned char *e, size_t elen, int exact_path,
           int level)
 {
-    if (id >= im->n_rules) return -1;
-    const record rec = read_record(im, id);
+    record rec;
+    if (id >= im->n_rules || !read_record(im, id, &rec)) return -1;
     uint32_t off = rec.off, n_pat = rec.n_pat, n_host = rec.n_host, n_path = rec.n_path;
     int32_t n_query = rec.n_query;
     uint16_t category = rec.category, flags = rec.flags;
@@ -1388,6 +1426,26 @@ candidate(const image *im, uint64_t id, const unsigned char *e, size_t elen, int
     /* urlsieve.rules.model.rank_of */
     return (int64_t)((uint64_t)n_host << 20 | path_len << 3 | (uint64_t)anchored << 2
                      | (uint64_t)((flags & F_EXACT_HOST) != 0) << 1 | (flags & F_ALLOW));
+}
+
+/* The rule ids an expression slot's value names: 0 when they are not in the image.
+   *value is where a lone id is kept (ONE_RULE: the value is the id, the bit cleared). */
+static inline int
+posted(const image *im, uint32_t *value, const uint32_t **ids, uint64_t *count)
+{
+    if (*value & ONE_RULE) {
+        *value ^= ONE_RULE;
+        *ids = value;
+        *count = 1;
+        return 1;
+    }
+    uint64_t at = *value;
+    if (at >= im->n_postings) return 0;
+    uint64_t n = im->postings[at];
+    if (n > im->n_postings - at - 1) return 0;
+    *ids = im->postings + at + 1;
+    *count = n;
+    return 1;
 }
 
 static inline uint64_t
@@ -1537,7 +1595,7 @@ match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans *sp
         if (level_stored(im, labels)) {
             const unsigned char *host = buf + start;
             size_t host_len = (size_t)(hl - start);
-            uint64_t depths = probe(im->hosts, im->host_slots, h64(host, host_len));
+            uint32_t depths = probe(im->hosts, im->host_slots, h64(host, host_len));
             if (depths) {
                 int64_t best_rank = -1, best_id = -1;
                 expr_walk w;
@@ -1545,13 +1603,13 @@ match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans *sp
                 do {
                     if (!(depths & w.bit)) continue;
                     size_t elen = host_len + walk_len(&w);
-                    uint64_t value = probe(im->exprs, im->expr_slots, h64(host, elen));
+                    uint32_t value = probe(im->exprs, im->expr_slots, h64(host, elen));
                     if (!value) continue;
-                    uint64_t first = value >> COUNT_BITS;
-                    uint64_t count = value & ((1u << COUNT_BITS) - 1);
-                    if (first > im->n_postings || count > im->n_postings - first) continue;
+                    const uint32_t *ids;
+                    uint64_t count;
+                    if (!posted(im, &value, &ids, &count)) continue;
                     for (uint64_t k = 0; k < count; k++) {
-                        uint64_t id = im->postings[first + k];
+                        uint64_t id = ids[k];
                         int64_t rank = candidate(im, id, host, elen, w.exact_path, level);
                         if (rank > best_rank) {
                             best_rank = rank;
@@ -1630,7 +1688,7 @@ warm_hosts(const image *im, const unsigned char *s, Py_ssize_t n, warm_url *u,
     do { /* the levels of match_one, in its order */
         if (level_stored(im, labels)) {
             uint64_t key = h64(host + start, (size_t)(hl - start));
-            PREFETCH_READ(im->hosts + 2 * slot_home(key, im->host_slots));
+            prefetch_slot(im->hosts, im->host_slots, key);
         }
     } while (parent_level(host, hl, u->sp.is_ip, &start, &labels));
 }
@@ -1660,7 +1718,7 @@ warm_exprs(const image *im, PyObject *url, warm_url *u, unsigned char *buf)
         if (!level_stored(im, labels)) continue;
         const unsigned char *host = buf + start;
         size_t host_len = (size_t)(hl - start);
-        uint64_t depths = probe(im->hosts, im->host_slots, h64(host, host_len));
+        uint32_t depths = probe(im->hosts, im->host_slots, h64(host, host_len));
         if (!depths) continue;
         expr_walk w;
         walk_start(&w, path, pl, ql, slashes);
@@ -1668,22 +1726,21 @@ warm_exprs(const image *im, PyObject *url, warm_url *u, unsigned char *buf)
             if (!(depths & w.bit)) continue;
             if (u->n == WARM_MAX) return;
             uint64_t key = h64(host, host_len + walk_len(&w));
-            PREFETCH_READ(im->exprs + 2 * slot_home(key, im->expr_slots));
+            prefetch_slot(im->exprs, im->expr_slots, key);
             u->v[u->n++] = key;
         } while (walk_next(&w));
     } while (parent_level(buf, hl, u->sp.is_ip, &start, &labels));
 }
 
-/* Step 2: the postings of the expressions found. */
+/* Step 2: the postings of the expressions found (a lone rule's id is in its slot). */
 static void
 warm_postings(const image *im, warm_url *u)
 {
     int kept = 0;
     for (int j = 0; j < u->n; j++) {
-        uint64_t value = probe(im->exprs, im->expr_slots, u->v[j]);
-        uint64_t first = value >> COUNT_BITS;
-        if (!value || first >= im->n_postings) continue;
-        PREFETCH_READ(im->postings + first);
+        uint32_t value = probe(im->exprs, im->expr_slots, u->v[j]);
+        if (!value) continue;
+        if (!(value & ONE_RULE) && value < im->n_postings) PREFETCH_READ(im->postings + value);
         u->v[kept++] = value;
     }
     u->n = kept;
@@ -1697,51 +1754,59 @@ warm_records(const image *im, warm_url *u)
     int n = u->n, kept = 0;
     memcpy(values, u->v, (size_t)n * sizeof *values);
     for (int j = 0; j < n; j++) {
-        uint64_t first = values[j] >> COUNT_BITS, count = values[j] & ((1u << COUNT_BITS) - 1);
-        for (uint64_t k = 0; k < count && first + k < im->n_postings && kept < WARM_MAX; k++) {
-            uint64_t id = im->postings[first + k];
+        uint32_t value = (uint32_t)values[j];
+        const uint32_t *ids;
+        uint64_t count;
+        if (!posted(im, &value, &ids, &count)) continue;
+        for (uint64_t k = 0; k < count && kept < WARM_MAX; k++) {
+            uint64_t id = ids[k];
             if (id >= im->n_rules) continue;
-            PREFETCH_READ(im->rules + 32 * id);
+            PREFETCH_READ(im->rules + RECORD * id);
             u->v[kept++] = id;
         }
     }
     u->n = kept;
 }
 
-/* Step 4: the rules' strings. */
+/* Step 4: the rules' strings, or for a rule with an extra, the extra (its strings are
+   read cold). */
 static void
 warm_strings(const image *im, const warm_url *u)
 {
     for (int j = 0; j < u->n; j++) {
-        const record rec = read_record(im, u->v[j]);
-        uint64_t start = (uint64_t)rec.off + rec.n_pat;
-        if (start < im->strings_len) PREFETCH_READ(im->strings + start);
+        const unsigned char *r = im->rules + RECORD * u->v[j];
+        uint64_t off = rd32(r);
+        if (r[15] & F_EXTRA) {
+            if (off < im->n_extras) PREFETCH_READ(im->extras + EXTRA * off);
+        } else if (off < im->strings_len) {
+            PREFETCH_READ(im->strings + off);
+        }
     }
 }
 
 /* Fill *im from an image buffer and its layout tuple (SnapshotMatcher._layout): 0 with an
-   error set when the layout does not fit the buffer (tables powers of two, sections
-   8-byte aligned inside it). The mask is the caller's to set. */
+   error set when the layout does not fit the buffer (tables of 1 .. 2**32 slots,
+   sections 8-byte aligned inside it). The mask is the caller's to set. */
 static int
 image_open(const Py_buffer *img, PyObject *layout, image *im)
 {
-    if (!PyTuple_Check(layout) || PyTuple_GET_SIZE(layout) != 11) {
-        PyErr_SetString(PyExc_TypeError, "layout must be a tuple of 11 ints");
+    if (!PyTuple_Check(layout) || PyTuple_GET_SIZE(layout) != 13) {
+        PyErr_SetString(PyExc_TypeError, "layout must be a tuple of 13 ints");
         return 0;
     }
-    uint64_t v[11];
-    for (int k = 0; k < 11; k++) {
+    uint64_t v[13];
+    for (int k = 0; k < 13; k++) {
         v[k] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(layout, k));
         if (v[k] == (uint64_t)-1 && PyErr_Occurred()) return 0;
     }
     uint64_t size = (uint64_t)img->len;
     /* sections: (offset, bytes) inside the image, 8-byte aligned; tables of 1 .. 2**32
        slots */
-    uint64_t sect[5][2] = {{v[0], v[1] * 16}, {v[2], v[3] * 16}, {v[4], v[5] * 4},
-                           {v[6], v[7] * 32}, {v[8], v[9]}};
+    uint64_t sect[6][2] = {{v[0], v[1] * SLOT}, {v[2], v[3] * SLOT}, {v[4], v[5] * 4},
+                           {v[6], v[7] * RECORD}, {v[8], v[9] * EXTRA}, {v[10], v[11]}};
     int bad = v[1] == 0 || v[3] == 0 || v[1] > (UINT64_C(1) << 32) || v[3] > (UINT64_C(1) << 32)
-              || v[1] > size || v[3] > size || v[5] > size || v[7] > size;
-    for (int k = 0; !bad && k < 5; k++) {
+              || v[1] > size || v[3] > size || v[5] > size || v[7] > size || v[9] > size;
+    for (int k = 0; !bad && k < 6; k++) {
         bad = sect[k][0] % 8 || sect[k][0] > size || sect[k][1] > size - sect[k][0];
     }
     if (bad) {
@@ -1751,12 +1816,13 @@ image_open(const Py_buffer *img, PyObject *layout, image *im)
     const unsigned char *base = img->buf;
     *im = (image){
         .base = base, .size = img->len,
-        .hosts = (const uint64_t *)(base + v[0]), .host_slots = v[1],
-        .exprs = (const uint64_t *)(base + v[2]), .expr_slots = v[3],
+        .hosts = base + v[0], .host_slots = v[1],
+        .exprs = base + v[2], .expr_slots = v[3],
         .postings = (const uint32_t *)(base + v[4]), .n_postings = v[5],
         .rules = base + v[6], .n_rules = v[7],
-        .strings = base + v[8], .strings_len = v[9],
-        .host_depths = v[10],
+        .extras = base + v[8], .n_extras = v[9],
+        .strings = base + v[10], .strings_len = v[11],
+        .host_depths = v[12],
         .mask = NULL, .mask_len = 0,
     };
     return 1;
@@ -2270,7 +2336,8 @@ squid_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *entry = NULL;
         int allow = id == -1 && !unknown;
         if (id >= 0) {
-            const record rec = read_record(&b.im, (uint64_t)id);
+            record rec; /* its own fields (matched already, so its extra reads too) */
+            (void)read_record(&b.im, (uint64_t)id, &rec);
             uint16_t category = rec.category;
             allow = (rec.flags & F_ALLOW) != 0;
             if (!allow && category < n_cats && PyTuple_GET_ITEM(pieces, category) != Py_None) {
@@ -2366,7 +2433,8 @@ filter_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         uint32_t line = 0;
         int allow = 0;
         if (id >= 0) {
-            const record rec = read_record(&b.im, (uint64_t)id);
+            record rec; /* its own fields (matched already, so its extra reads too) */
+            (void)read_record(&b.im, (uint64_t)id, &rec);
             uint32_t source_id = rec.source_id;
             uint16_t category_id = rec.category;
             line = rec.line;
@@ -2730,7 +2798,6 @@ enum { LIST_PLAIN = 0, LIST_DOMAINS = 1, LIST_URLS = 2 };
 #define F_ALLOW 1
 #define F_PATTERN_HOST 16
 #define F_PATTERN_HOST_PATH 32
-#define DEEP_BIT 62
 
 /* "www." / "web2." / "ftp." at the start, any case: squidGuard drops it from urls lines. */
 static int
@@ -2917,16 +2984,16 @@ table_place(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&vb);
         return NULL;
     }
-    Py_ssize_t n = kb.len / 8, slots = tb.len / 16;
+    Py_ssize_t n = kb.len / 8, slots = tb.len / 12;
     PyObject *result = NULL;
     int64_t *pending = NULL;
     int64_t *position = NULL;
     unsigned char *occupied = NULL;
-    if (kb.len % 8 || vb.len != kb.len || tb.len % 16 || slots < 1
+    if (kb.len % 8 || vb.len != n * 4 || tb.len % 12 || slots < 1
         || (uint64_t)slots > (UINT64_C(1) << 32) || n > slots) {
         PyErr_SetString(PyExc_ValueError,
-                        "table_place: keys and values hold n uint64, table 2 * slots (at least "
-                        "n, at most 2**32)");
+                        "table_place: keys hold n uint64, values n uint32, the table 12-byte "
+                        "slots (at least n, at most 2**32)");
         goto done;
     }
     pending = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *pending);
@@ -2936,8 +3003,9 @@ table_place(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         goto done;
     }
-    const uint64_t *keys = kb.buf, *values = vb.buf;
-    uint64_t *table = tb.buf;
+    const uint64_t *keys = kb.buf;
+    const uint32_t *values = vb.buf;
+    unsigned char *table = tb.buf;
     Py_BEGIN_ALLOW_THREADS
     memset(table, 0, (size_t)tb.len);
     for (Py_ssize_t k = 0; k < n; k++) {
@@ -2951,8 +3019,8 @@ table_place(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             int64_t k = pending[j], at = position[k];
             if (!occupied[at]) {
                 occupied[at] = 1;
-                table[2 * at] = keys[k];
-                table[2 * at + 1] = values[k];
+                memcpy(table + 12 * at, &keys[k], 8);
+                memcpy(table + 12 * at + 8, &values[k], 4);
             } else {
                 position[k] = at + 1 == slots ? 0 : at + 1;
                 pending[kept++] = k;
@@ -3022,7 +3090,8 @@ snapshot_rules(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         long long id = PyLong_AsLongLong(PyList_GET_ITEM(ids, k));
         if (id == -1 && PyErr_Occurred()) goto fail;
         if (id < 0 || (uint64_t)id >= im.n_rules) continue;
-        const record rec = read_record(&im, (uint64_t)id);
+        record rec;
+        if (!read_record(&im, (uint64_t)id, &rec)) continue;
         uint64_t off = rec.off, n_pat = rec.n_pat, n_host = rec.n_host, n_path = rec.n_path;
         int32_t n_query = rec.n_query;
         uint32_t source_id = rec.source_id, line = rec.line;
@@ -3142,7 +3211,8 @@ static PyMethodDef methods[] = {
 #endif
     {"table_place", (PyCFunction)(void (*)(void))table_place, METH_FASTCALL,
      "table_place(keys, values, table) -> None\n\n"
-     "Fill table (2 * slots uint64) with the (key, value) pairs, linear probing in rounds."},
+     "Fill table (12-byte slots: u64 key, u32 value) with the (key, value) pairs, linear\n"
+     "probing in rounds."},
 #ifdef URLSIEVE_XXHASH
     {"snapshot_rules", (PyCFunction)(void (*)(void))snapshot_rules, METH_FASTCALL,
      "snapshot_rules(image, layout, ids, categories, sources, rule_type, allow, block)\n"

@@ -18,6 +18,7 @@ from tests.needs import missing
 from urlsieve._accel import speedups
 from urlsieve.match import snapshot
 from urlsieve.match.snapshot import (
+    _SLOT,
     SnapshotBuilder,
     SnapshotMatcher,
     _slots,
@@ -230,29 +231,31 @@ def test_table_place_lays_out_the_bytes_of_the_reference(keys: list[int], narrow
     if narrow:  # many keys with the last home slot: long probe runs, wrapping at the end
         keys = sorted({(0xFFFFFFFF << 32) | (k & 0xFFFFFFFF) for k in keys})
     k = np.array(keys, dtype=np.uint64)
-    v = np.arange(1, len(keys) + 1, dtype=np.uint64) * 3
+    v = np.arange(1, len(keys) + 1, dtype=np.uint32) * 3
     slots = _slots(len(keys))
-    reference = _table_rounds(k, v, np.zeros(2 * slots, np.uint64))
-    assert np.array_equal(_table(k, v), reference)
+    reference = _table_rounds(k, v, np.zeros(slots, _SLOT))
+    assert _table(k, v).tobytes() == reference.tobytes()
 
 
 def test_table_place_refuses_misuse() -> None:
     if speedups is None:
         pytest.skip("no extension")
     place = speedups.table_place
-    keys = np.ones(4, np.uint64)
+    keys, values = np.ones(4, np.uint64), np.ones(4, np.uint32)
     with pytest.raises(ValueError):
-        place(keys, np.ones(3, np.uint64), np.zeros(16, np.uint64))
+        place(keys, np.ones(3, np.uint32), np.zeros(8, _SLOT))
+    with pytest.raises(ValueError):  # values of 8 bytes
+        place(keys, keys, np.zeros(8, _SLOT))
     with pytest.raises(ValueError):  # no slot
-        place(keys[:0], keys[:0], np.zeros(0, np.uint64))
-    with pytest.raises(ValueError):  # half a slot
-        place(keys[:1], keys[:1], np.zeros(3, np.uint64))
+        place(keys[:0], values[:0], np.zeros(0, _SLOT))
+    with pytest.raises(ValueError):  # part of a slot
+        place(keys[:1], values[:1], np.zeros(10, np.uint8))
     with pytest.raises(ValueError):  # more keys than slots
-        place(np.arange(1, 10, dtype=np.uint64), np.ones(9, np.uint64), np.zeros(16, np.uint64))
+        place(np.arange(1, 10, dtype=np.uint64), np.ones(9, np.uint32), np.zeros(8, _SLOT))
     with pytest.raises(BufferError):
-        place(keys, keys, bytes(64))  # read-only table
+        place(keys, values, bytes(96))  # read-only table
     with pytest.raises(TypeError):
-        place(keys, keys)
+        place(keys, values)
 
 
 @pytest.mark.usefixtures("compiled")

@@ -18,7 +18,7 @@ from tests.needs import missing
 from urlsieve import Filter, InvalidURL, parse_url
 from urlsieve._accel import speedups
 from urlsieve.match import HashMatcher, Verdict
-from urlsieve.match.snapshot import SnapshotBuilder, SnapshotMatcher
+from urlsieve.match.snapshot import _ONE_RULE, SnapshotBuilder, SnapshotMatcher
 from urlsieve.rules.model import ALLOW, BLOCK, Rule, RuleSyntaxError, parse_rule
 
 
@@ -552,3 +552,88 @@ def test_rules_read_in_c_equal_the_python_reader(patterns: list[str], seed: int)
         )
         assert not gc.is_tracked(verdict) and verdict.rule is rule
     assert [matcher.rule(i) for i in ids] == [matcher._rule_py(i) for i in ids]
+
+
+# -- The format's compact parts: extras, lone rules in their slot, the size a rule takes ---
+
+
+def test_lengths_that_do_not_fit_a_record_are_kept_in_an_extra() -> None:
+    long_path = "a" * 65_000 + "é" * 200  # 66,200 bytes once escaped: above a u16
+    rules = [
+        parse_rule(f"example.com/{long_path}/x", BLOCK, "c0", "l.txt", 1),
+        parse_rule("Example.com/Q?x=1", BLOCK, "c1", "l.txt", 2),  # a query; pattern as written
+        parse_rule("plain.example/a", ALLOW, "c2", "l.txt", 3),  # these two fit their records
+        parse_rule("plain.example", BLOCK, "c0", "l.txt", 4),
+    ]
+    matcher = SnapshotMatcher.from_rules(rules)
+    assert matcher._header.extras == 2
+    assert [matcher._rule_py(i) for i in range(4)] == rules
+    urls = [
+        f"http://example.com/{long_path}/x/y",
+        "http://example.com/q?x=1",
+        "http://plain.example/a/b",
+        "http://plain.example/",
+    ]
+    assert [matcher._best(parse_url(u), None) for u in urls] == [0, 1, 2, 3]
+    assert [v.rule for v in matcher.check_many(urls)] == rules
+    if hasattr(speedups, "snapshot_rules"):
+        names = (tuple(matcher._categories), tuple(matcher._sources))
+        built = speedups.snapshot_rules(  # type: ignore[union-attr]
+            matcher._view, matcher._layout, [0, 1, 2, 3], *names, Rule, ALLOW, BLOCK
+        )
+        assert built[1:] == rules[1:] and built[0] is None  # not ASCII: left to Python
+
+
+def test_a_lone_rule_is_kept_in_its_slot_and_a_shared_expression_is_posted() -> None:
+    rules = [
+        parse_rule("shared.example", BLOCK, c, "l.txt", n) for n, c in enumerate(CATEGORIES, 1)
+    ]
+    rules.append(parse_rule("lone.example", ALLOW, "c0", "l.txt", 9))
+    matcher = SnapshotMatcher.from_rules(rules)
+    lone = matcher._probe(matcher._exprs, matcher._expr_slots, "lone.example/")
+    assert lone == _ONE_RULE | 4
+    shared = matcher._probe(matcher._exprs, matcher._expr_slots, "shared.example/")
+    assert shared and not shared & _ONE_RULE
+    assert matcher._postings[0] == 0  # no group starts at 0 (a slot's 0 would be ambiguous)
+    assert list(matcher._postings[shared : shared + 5]) == [4, 0, 1, 2, 3]
+    urls = ["http://shared.example/x", "http://lone.example/"]
+    for chosen in CATEGORIES:
+        verdicts = matcher.check_many(urls, [chosen])
+        assert verdicts[0].rule == rules[CATEGORIES.index(chosen)]
+        assert verdicts[1].rule == (rules[4] if chosen == "c0" else None)
+        assert [
+            matcher._best(parse_url(u), None, matcher.category_mask([chosen])) for u in urls
+        ] == [
+            CATEGORIES.index(chosen),
+            4 if chosen == "c0" else -1,
+        ]
+
+
+def test_the_tables_and_records_take_under_67_bytes_a_rule() -> None:
+    """The mix of the compile benchmark (half host rules, a quarter host/a, a quarter
+    host/a/b): 12-byte slots 60 % full (20 bytes a host, 30 for a path rule's two
+    expressions), 16-byte records, no postings for lone rules. Format 4 took 105."""
+    rnd = random.Random(11)
+
+    def word() -> str:
+        return "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(6))
+
+    patterns = []
+    for n in range(20_000):
+        host = f"{word()}.{word()}.com"
+        shape = n % 4
+        patterns.append([host, host, f"{host}/{word()}", f"{host}/{word()}/b"][shape])
+    rules = [parse_rule(p, BLOCK, "c0", "l.txt", n) for n, p in enumerate(patterns, 1)]
+    matcher = SnapshotMatcher.from_rules(rules)
+    header = matcher._header
+    assert header.extras == 0 and header.postings == 1
+    assert (header.file_size - header.strings_len) / len(rules) < 67
+
+
+def test_more_list_files_than_a_record_can_name_is_a_clear_error() -> None:
+    builder = SnapshotBuilder()
+    base = parse_rule("h.example", BLOCK, "c0", "list.txt", 1)
+    for n in range(1 << 16):
+        builder.add(base._replace(host=f"h{n}.example", pattern=f"h{n}.example", source=f"{n}"))
+    with pytest.raises(ValueError, match="more than 65,536 list files"):
+        builder.add(base._replace(source="one-more.txt"))

@@ -12,15 +12,23 @@ Layout (little-endian, sections 64-byte aligned)::
 
     header    192 bytes: magic, format version, sizes and offsets, body checksum,
               creation time, rule count, host-depth mask, header checksum
-    hosts     open-addressing table of (xxh3-64(host), path-depth mask) u64 pairs:
-              the pre-check; a host with no rule costs one probe
-    exprs     open-addressing table of (xxh3-64(host + path[?query]), postings) u64
-              pairs, postings = first << 16 | count into the postings array
-              (both tables linear probing, 0 = empty, 60 % full, of any size: a
+    hosts     open-addressing table of 12-byte slots, (xxh3-64(host) u64, path-depth
+              mask u32): the pre-check; a host with no rule costs one probe
+    exprs     open-addressing table of 12-byte slots, (xxh3-64(host + path[?query])
+              u64, postings u32): with the top bit set, the one rule id stored under
+              the expression; else where its group starts in the postings array
+              (both tables linear probing, key 0 = empty, 60 % full, of any size: a
               key's home slot is its top 32 bits scaled to the table, ``_home``)
-    postings  u32 rule ids, grouped by expression, ascending within a group
-    rules     32-byte records: string offset, lengths of pattern/host/path/query,
-              source id, line, category id, flags (allow, exact host, anchored, ip)
+    postings  u32: a 0 (so no group starts at 0), then per expression with two rules
+              or more, their count and their ids, ascending
+    rules     16-byte records: string offset, line, source id, category id, path
+              length, host length, flags (allow, exact host, anchored, ip, how the
+              pattern is kept, extra); with the extra flag, the offset is an index
+              into the extras instead
+    extras    20-byte records of the rules whose lengths do not fit theirs (a query,
+              a pattern kept as written, a host above 255 or a path above 65,535
+              bytes): string offset, lengths of pattern, host, path and query (-1:
+              none)
     strings   UTF-8 pattern, host, path and query of every rule
     meta      JSON: sources, categories, aliases, the lists and categories compiled
 
@@ -94,30 +102,45 @@ MAGIC = b"URLSNAP\x00"
 # 2: rule paths and queries are stored lower-case
 # 3: one rule per (key, category), categories chosen per request; 16-bit posting counts
 # 4: tables of any size (60 % full; a key's home slot is its top 32 bits scaled)
-FORMAT_VERSION = 4
+# 5: 12-byte slots, one rule's id kept in its expression's slot, 16-byte rule records
+#    (with extras for the rules whose lengths do not fit): 134 -> 95 bytes a rule
+FORMAT_VERSION = 5
 
 # magic, version, header size, file size, body checksum, created, rules,
-# host slots, expr slots, postings count, offsets: hosts, exprs, postings, rules,
-# strings, meta; lengths: strings, meta; host-depth mask; header checksum.
-_HEADER = struct.Struct("<8sIIQQd13Q")
+# host slots, expr slots, postings count, extras count, offsets: hosts, exprs,
+# postings, rules, extras, strings, meta; lengths: strings, meta; host-depth mask;
+# header checksum.
+_HEADER = struct.Struct("<8sIIQQd15Q")
 _HEADER_SIZE = 192
-_RULE = struct.Struct("<IIIIiIIHH")  # 32 bytes
+_SLOT = np.dtype([("key", "<u8"), ("value", "<u4")])  # 12 bytes, packed
+_SLOT_STRUCT = struct.Struct("<QI")
+_RULE = struct.Struct("<IIHHHBB")  # 16 bytes
 _RECORD = np.dtype(
+    [
+        ("offset", "<u4"),
+        ("line", "<u4"),
+        ("source", "<u2"),
+        ("category", "<u2"),
+        ("path", "<u2"),
+        ("host", "u1"),
+        ("flags", "u1"),
+    ]
+)
+_EXTRA = struct.Struct("<IIIIi")  # 20 bytes
+_EXTRA_RECORD = np.dtype(
     [
         ("offset", "<u4"),
         ("pattern", "<u4"),
         ("host", "<u4"),
         ("path", "<u4"),
         ("query", "<i4"),
-        ("source", "<u4"),
-        ("line", "<u4"),
-        ("category", "<u2"),
-        ("flags", "<u2"),
     ]
 )
 _ALIGN = 64
 _MAX_LOAD = 0.6
-_COUNT_BITS = 16
+_ONE_RULE = 1 << 31  # an expression slot's value with this bit: the rule id itself
+_MAX_RULES = _ONE_RULE - 1
+_MAX_SOURCES = 1 << 16
 _MAX_STRINGS = (1 << 32) - 1  # string offsets are u32
 
 _F_ALLOW = 1
@@ -126,9 +149,10 @@ _F_ANCHORED = 4
 _F_IP = 8
 _F_PATTERN_HOST = 16  # the pattern as written is the host: not stored
 _F_PATTERN_HOST_PATH = 32  # ... the host and path
+_F_EXTRA = 64  # the record's offset is an index into the extras
 
-_QUERY_BIT = 1 << 63
-_DEEP_BIT = 62  # depths >= 62 share one bit
+_QUERY_BIT = 1 << 31
+_DEEP_BIT = 30  # depths >= 30 share one bit
 
 _hash = xxhash.xxh3_64_intdigest
 # The compiled batch lookup and list reader (absent when the extension was built
@@ -216,8 +240,9 @@ def _home(keys: Any, slots: int) -> Any:
 
 
 def _table(keys: np.ndarray, values: np.ndarray, table: np.ndarray | None = None) -> np.ndarray:
-    """An open-addressing table of (key, value) u64 pairs, linear probing, 0 = empty,
-    in ``table`` (``2 * _slots(len(keys))`` uint64, zeroed here) or a new array.
+    """An open-addressing table of (u64 key, u32 value) slots, linear probing, key 0 =
+    empty, in ``table`` (``_slots(len(keys))`` slots of ``_SLOT``, zeroed here) or a new
+    array.
 
     Built in rounds: every key still homeless tries its current slot; of those
     finding it free, the first in input order takes it, the rest (and those finding
@@ -227,11 +252,11 @@ def _table(keys: np.ndarray, values: np.ndarray, table: np.ndarray | None = None
     """
     slots = _slots(len(keys))
     if table is None:
-        table = np.zeros(2 * slots, dtype="<u8")
+        table = np.zeros(slots, dtype=_SLOT)
     if _table_place is not None:
         _table_place(
             np.ascontiguousarray(keys, dtype=np.uint64),
-            np.ascontiguousarray(values, dtype=np.uint64),
+            np.ascontiguousarray(values, dtype=np.uint32),
             table,
         )
         return table
@@ -239,8 +264,9 @@ def _table(keys: np.ndarray, values: np.ndarray, table: np.ndarray | None = None
 
 
 def _table_rounds(keys: np.ndarray, values: np.ndarray, table: np.ndarray) -> np.ndarray:
-    slots = len(table) // 2
-    table[:] = 0
+    slots = len(table)
+    table["key"] = 0
+    table["value"] = 0
     occupied = np.zeros(slots, dtype=bool)
     position = _home(np.asarray(keys, dtype=np.uint64), slots).astype(np.int64)
     pending = np.arange(len(keys), dtype=np.int64)
@@ -249,8 +275,8 @@ def _table_rounds(keys: np.ndarray, values: np.ndarray, table: np.ndarray) -> np
         free = ~occupied[at]
         slots_free, first = np.unique(at[free], return_index=True)
         winners = pending[free][first]
-        table[2 * slots_free] = keys[winners]
-        table[2 * slots_free + 1] = values[winners]
+        table["key"][slots_free] = keys[winners]
+        table["value"][slots_free] = values[winners]
         occupied[slots_free] = True
         placed = np.zeros(len(keys), dtype=bool)
         placed[winners] = True
@@ -430,7 +456,7 @@ class SnapshotBuilder:
             self._categories.setdefault(category, category_id)
             if len(self._strings) + len(strings) > _MAX_STRINGS:
                 raise ValueError("rule text above 4 GiB: split the lists")
-            source_id = self._sources.setdefault(ctx.source or "", len(self._sources))
+            source_id = self._source_id(ctx.source)
             self._strings += strings
             self._offset.frombytes(offsets)
             self._lengths.frombytes(lengths)
@@ -450,11 +476,21 @@ class SnapshotBuilder:
         new = self._seen.add_many(np.frombuffer(keys, np.uint64))
         return end, lines, comments, new, rules - new
 
+    def _source_id(self, source: str | None) -> int:
+        """The id of a list file (``""``: none), :class:`ValueError` past 65,536 files."""
+        name = source or ""
+        source_id = self._sources.get(name)
+        if source_id is None:
+            if len(self._sources) >= _MAX_SOURCES:
+                raise ValueError(f"more than {_MAX_SOURCES:,} list files")
+            source_id = self._sources[name] = len(self._sources)
+        return source_id
+
     def add(self, rule: Rule) -> bool:
         """Add one rule; False when a rule with its key was added before (in any category:
         the load reports count it as a duplicate, and it is kept for its category).
 
-        :class:`ValueError` past 65,536 categories or 4 GiB of rule text.
+        :class:`ValueError` past 65,536 categories or list files, or 4 GiB of rule text.
         """
         if self._built:
             raise RuntimeError("this SnapshotBuilder has built its image already")
@@ -463,7 +499,7 @@ class SnapshotBuilder:
             if len(self._categories) > 0xFFFF:
                 raise ValueError("more than 65,536 categories")
             category_id = self._categories[rule.category] = len(self._categories)
-        source_id = self._sources.setdefault(rule.source or "", len(self._sources))
+        source_id = self._source_id(rule.source)
         host_text, path_text, query_text = rule.host, rule.path, rule.query
         host = host_text.encode("utf-8", "surrogatepass")
         rest = path_text.encode("utf-8", "surrogatepass")
@@ -576,6 +612,8 @@ class SnapshotBuilder:
         n_total = len(self)
         new_id = np.cumsum(keep, dtype=np.int64) - 1
         n_rules = int(new_id[-1]) + 1 if n_total else 0
+        if n_rules > _MAX_RULES:
+            raise ValueError(f"{n_rules:,} rules: an image holds at most {_MAX_RULES:,}")
 
         def column(values: array[int], dtype: str) -> np.ndarray:
             return np.frombuffer(values, dtype=dtype) if len(values) else np.zeros(0, dtype)
@@ -592,9 +630,7 @@ class SnapshotBuilder:
         del order, expr_rule
         keys, first, counts = _runs(expr_hash)
         del expr_hash
-        if counts.size and counts.max() > (1 << _COUNT_BITS) - 1:
-            raise ValueError(f"{counts.max()} rules share one expression hash")
-        expr_values = first.astype(np.uint64) << _COUNT_BITS | counts.astype(np.uint64)
+        expr_values, postings = _postings(postings, first, counts)
         del first, counts
 
         host_hash = column(self._host_hash, "u8")
@@ -626,12 +662,20 @@ class SnapshotBuilder:
             },
             sort_keys=True,
         ).encode("utf-8")
+        # A record keeps its lengths where they fit (host < 256 and path < 65,536 bytes,
+        # no query, the pattern not kept as written); the others' are in an extra.
+        lengths = column(self._lengths, "u4").reshape(-1, 3)[keep]
+        query = column(self._query, "i4")[keep]
+        extra = (lengths[:, 0] > 0) | (query >= 0) | (lengths[:, 1] > 0xFF)
+        extra |= lengths[:, 2] > 0xFFFF
+        n_extras = int(np.count_nonzero(extra))
         host_slots, expr_slots = _slots(len(host_keys)), _slots(len(keys))
         sizes = [
-            host_slots * 16,
-            expr_slots * 16,
+            host_slots * _SLOT.itemsize,
+            expr_slots * _SLOT.itemsize,
             len(postings) * 4,
             n_rules * _RECORD.itemsize,
+            n_extras * _EXTRA_RECORD.itemsize,
             len(self._strings),
             len(meta_blob),
         ]
@@ -648,29 +692,34 @@ class SnapshotBuilder:
             return data[offsets[k] : offsets[k] + sizes[k]].view(dtype)
 
         # The rule text first: its copy in the builder goes before the tables are laid out.
-        image[offsets[4] : offsets[4] + sizes[4]] = self._strings
+        image[offsets[5] : offsets[5] + sizes[5]] = self._strings
         self._strings = bytearray()
-        _table(host_keys, masks, section(0, "<u8"))
+        _table(host_keys, masks.astype(np.uint32), section(0, _SLOT))
         del host_keys, masks
-        _table(keys, expr_values, section(1, "<u8"))
+        _table(keys, expr_values, section(1, _SLOT))
         del keys, expr_values
         section(2, "<u4")[:] = postings
         del postings
+        offset = column(self._offset, "u8")[keep]
+        extras = section(4, _EXTRA_RECORD)
+        extras["offset"] = offset[extra]
+        extras["pattern"] = lengths[extra, 0]
+        extras["host"] = lengths[extra, 1]
+        extras["path"] = lengths[extra, 2]
+        extras["query"] = query[extra]
         records = section(3, _RECORD)
-        lengths = column(self._lengths, "u4").reshape(-1, 3)
-        records["offset"] = column(self._offset, "u8")[keep]
-        records["pattern"] = lengths[keep, 0]
-        records["host"] = lengths[keep, 1]
-        records["path"] = lengths[keep, 2]
-        records["query"] = column(self._query, "i4")[keep]
+        offset[extra] = np.arange(n_extras)
+        records["offset"] = offset
+        records["host"] = np.where(extra, 0, lengths[:, 1])
+        records["path"] = np.where(extra, 0, lengths[:, 2])
         records["source"] = column(self._source, "u4")[keep]
         records["line"] = column(self._line, "u4")[keep]
         records["category"] = column(self._category, "u2")[keep]
-        records["flags"] = flags
-        del records, lengths, flags, allow
+        records["flags"] = flags | np.where(extra, _F_EXTRA, 0).astype(np.uint16)
+        del records, extras, offset, lengths, query, extra, flags, allow
         for name in ("_offset", "_lengths", "_query", "_source", "_line", "_category", "_dedup"):
             setattr(self, name, array(getattr(self, name).typecode))
-        image[offsets[5] : offsets[5] + sizes[5]] = meta_blob
+        image[offsets[6] : offsets[6] + sizes[6]] = meta_blob
         header = _HEADER.pack(
             MAGIC,
             FORMAT_VERSION,
@@ -682,14 +731,37 @@ class SnapshotBuilder:
             host_slots,
             expr_slots,
             sizes[2] // 4,
+            n_extras,
             *offsets,
-            sizes[4],
             sizes[5],
+            sizes[6],
             self._host_depths,
         )
         header += struct.pack("<Q", _hash(header))
         image[: len(header)] = header
         return image
+
+
+def _postings(
+    ids: np.ndarray, first: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The expression slots' values and the postings array, from ``ids`` grouped by
+    expression (group ``g`` is ``ids[first[g] : first[g] + counts[g]]``): a group of one
+    is its id with the top bit set; a larger one is the index of its count in the
+    postings, which start with a 0 and hold each such group as its count and its ids."""
+    values = np.empty(len(counts), dtype=np.uint32)
+    single = counts == 1
+    values[single] = ids[first[single]] | np.uint32(_ONE_RULE)
+    many, sizes = ~single, counts[~single]
+    starts = np.cumsum(sizes + 1) - sizes  # the 0 first, then per group its count, its ids
+    values[many] = starts
+    postings = np.zeros(1 + int(sizes.sum()) + len(sizes), dtype=np.uint32)
+    postings[starts] = sizes
+    if len(sizes):
+        # per id of a large group: its place in the group, then where it goes and comes from
+        place = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        postings[np.repeat(starts + 1, sizes) + place] = ids[np.repeat(first[many], sizes) + place]
+    return values, postings
 
 
 def _runs(ordered: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -775,7 +847,7 @@ def compile_snapshot(
     image = rules.build(meta) if isinstance(rules, SnapshotBuilder) else build_image(rules, meta)
     write_image(image, path)
     header = _parse_header(str(path), image[:_HEADER_SIZE], len(image))
-    meta_off = header.offsets[5]
+    meta_off = header.offsets[6]
     return SnapshotInfo(
         str(path),
         FORMAT_VERSION,
@@ -797,6 +869,7 @@ class _Header:
     host_slots: int
     expr_slots: int
     postings: int
+    extras: int
     offsets: tuple[int, ...]
     strings_len: int
     meta_len: int
@@ -832,10 +905,11 @@ def _parse_header(path: str, head: bytes | bytearray, actual_size: int) -> _Head
         host_slots=fields[7],
         expr_slots=fields[8],
         postings=fields[9],
-        offsets=tuple(fields[10:16]),
-        strings_len=fields[16],
-        meta_len=fields[17],
-        host_depths=fields[18],
+        extras=fields[10],
+        offsets=tuple(fields[11:18]),
+        strings_len=fields[18],
+        meta_len=fields[19],
+        host_depths=fields[20],
     )
     if actual_size != header.file_size:
         raise SnapshotError(
@@ -902,12 +976,15 @@ class SnapshotMatcher:
         header = _parse_header(where, mm[:_HEADER_SIZE], size)
         if verify and _hash(memoryview(mm)[_HEADER_SIZE:]) != header.checksum:
             raise SnapshotError(where, "corrupt: the body checksum does not match")
-        hosts_off, exprs_off, postings_off, rules_off, strings_off, meta_off = header.offsets
+        hosts_off, exprs_off, postings_off, rules_off, extras_off, strings_off, meta_off = (
+            header.offsets
+        )
         ends = [
-            (hosts_off, header.host_slots * 16),
-            (exprs_off, header.expr_slots * 16),
+            (hosts_off, header.host_slots * _SLOT.itemsize),
+            (exprs_off, header.expr_slots * _SLOT.itemsize),
             (postings_off, header.postings * 4),
             (rules_off, header.rules * _RULE.size),
+            (extras_off, header.extras * _EXTRA.size),
             (strings_off, header.strings_len),
             (meta_off, header.meta_len),
         ]
@@ -925,12 +1002,13 @@ class SnapshotMatcher:
             raise SnapshotError(where, f"corrupt metadata: {exc}") from exc
         view = memoryview(mm)
         self._view = view
-        self._hosts = view[hosts_off : hosts_off + header.host_slots * 16].cast("Q")
-        self._exprs = view[exprs_off : exprs_off + header.expr_slots * 16].cast("Q")
+        self._hosts = view[hosts_off : hosts_off + header.host_slots * _SLOT.itemsize]
+        self._exprs = view[exprs_off : exprs_off + header.expr_slots * _SLOT.itemsize]
         self._postings = view[postings_off : postings_off + header.postings * 4].cast("I")
         self._host_slots = header.host_slots
         self._expr_slots = header.expr_slots
         self._rules_off = rules_off
+        self._extras_off = extras_off
         self._strings_off = strings_off
         self._host_depths = header.host_depths
         self._header = header
@@ -954,6 +1032,8 @@ class SnapshotMatcher:
             header.postings,
             rules_off,
             header.rules,
+            extras_off,
+            header.extras,
             strings_off,
             header.strings_len,
             header.host_depths,
@@ -1048,22 +1128,33 @@ class SnapshotMatcher:
         """The value stored for ``text`` in an open-addressing table (0: absent)."""
         key = _hs(text)
         i = _home(key, slots)
+        read = _SLOT_STRUCT.unpack_from
         for _ in range(slots):
-            slot = table[2 * i]
+            slot, value = read(table, i * _SLOT_STRUCT.size)
             if slot == key:
-                return int(table[2 * i + 1])
+                return int(value)
             if slot == 0:
                 return 0
             i = i + 1 if i + 1 < slots else 0
         return 0
 
     def _record(self, rule_id: int) -> tuple[int, int, int, int, int, int, int, int, int]:
+        """``(string offset, lengths of pattern, host, path and query (-1: none), source id,
+        line, category id, flags)`` of a rule, from its record and, with ``_F_EXTRA``, its
+        extra (:class:`~urlsieve.exceptions.SnapshotError` if that is not in the image)."""
         if not 0 <= rule_id < self._header.rules:
             raise IndexError(f"rule id {rule_id} out of range ({self._header.rules} rules)")
-        fields: tuple[int, int, int, int, int, int, int, int, int] = _RULE.unpack_from(
+        offset, line, source, category, n_path, n_host, flags = _RULE.unpack_from(
             self._mm, self._rules_off + rule_id * _RULE.size
         )
-        return fields
+        n_pat, n_query = 0, -1
+        if flags & _F_EXTRA:
+            if offset >= self._header.extras:
+                raise SnapshotError(self.path or "<memory>", f"corrupt: rule {rule_id}'s extra")
+            offset, n_pat, n_host, n_path, n_query = _EXTRA.unpack_from(
+                self._mm, self._extras_off + offset * _EXTRA.size
+            )
+        return offset, n_pat, n_host, n_path, n_query, source, line, category, flags
 
     def rule(self, rule_id: int) -> Rule:
         """The rule with this id, rebuilt from the image (kept in a small per-process cache)."""
@@ -1185,8 +1276,13 @@ class SnapshotMatcher:
                 value = self._probe(self._exprs, self._expr_slots, expr)
                 if not value:
                     continue
-                first, count = value >> _COUNT_BITS, value & ((1 << _COUNT_BITS) - 1)
-                for rule_id in self._postings[first : first + count]:
+                if value & _ONE_RULE:
+                    ids: Sequence[int] = (value ^ _ONE_RULE,)
+                elif value < len(self._postings):
+                    ids = self._postings[value + 1 : value + 1 + self._postings[value]]
+                else:
+                    continue  # a damaged image
+                for rule_id in ids:
                     rank = self._candidate(rule_id, host, suffix, exact_path, level, mask)
                     if rank is not None and (best is None or rank > best[0]):
                         best = (rank, rule_id)
