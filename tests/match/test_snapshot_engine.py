@@ -3,6 +3,7 @@ per request, and the C entry point's refusal of misuse."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import random
 import threading
@@ -497,6 +498,30 @@ def test_compiled_verdicts_refuse_misuse() -> None:
     # A verdict holding a mutable object stays tracked (it could be in a cycle).
     (odd,), _ = fn([0], [["a list"]], {0: rule}, Verdict, "none", 1)
     assert gc.is_tracked(odd)
+
+
+def test_the_collector_is_left_as_it_was_found() -> None:
+    """snapshot_verdicts holds collections off while it makes a batch's verdicts: after a
+    call, a failed one too, the collector is on if it was on, and off if it was off."""
+    fn = getattr(speedups, "snapshot_verdicts", None)
+    if fn is None:
+        missing("urlsieve._speedups was not built: no compiled verdicts")
+    rule = parse_rule("evil.com", BLOCK, "c")
+    calls = [
+        ([0, -1] * 2000, ["a", "b"] * 2000, {0: rule}),
+        ([-1, InvalidURL("empty host", "x")], ["a", "b"], {}),  # raises in the loop
+        ([-1, "0"], ["a", "b"], {}),  # refused in the loop
+    ]
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            for ids, forms, rules in calls:
+                with contextlib.suppress(InvalidURL, TypeError):
+                    fn(ids, forms, rules, Verdict, "none", 1)
+                assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 # -- Rule objects read from the image in C (snapshot_rules; reference: _rule_py) ----------
