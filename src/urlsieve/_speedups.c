@@ -1268,6 +1268,9 @@ slot_home(uint64_t key, uint64_t slots)
     return ((key >> 32) * slots) >> 32;
 }
 
+/* A table slot of the compiled rule format: u64 key, u32 value (snapshot.py's _SLOT). */
+#define SLOT 12
+
 #ifdef URLSIEVE_XXHASH
 /* ---------------------------------------------------------------------------------------
  * The compiled rule format's batch lookup (urlsieve/match/snapshot.py; the reference is
@@ -1282,9 +1285,7 @@ enum { F_ALLOW = 1, F_EXACT_HOST = 2, F_ANCHORED = 4, F_IP = 8, F_EXTRA = 64 };
 #define DEEP_BIT 30 /* path depths from 30 on share one bit */
 /* an expression slot's value with this bit set is the one rule id stored under it */
 #define ONE_RULE (UINT32_C(1) << 31)
-/* table slots: u64 key, u32 value; rule records; extras (snapshot.py's _SLOT, _RULE,
-   _EXTRA) */
-#define SLOT 12
+/* rule records and extras (snapshot.py's _RECORD, _EXTRA_RECORD) */
 #define RECORD 16
 #define EXTRA 20
 
@@ -1361,8 +1362,8 @@ rd16(const unsigned char *p)
     return v;
 }
 
-/* A rule as its record (snapshot.py's _RULE, "<IIHHHBB", 16 bytes) and, with F_EXTRA,
-   its extra (_EXTRA, "<IIIIi", 20 bytes) give it: SnapshotMatcher._record. */
+/* A rule as its record (snapshot.py's _RECORD, "<IIHHHBB", 16 bytes) and, with F_EXTRA,
+   its extra (_EXTRA_RECORD, "<IIIIi", 20 bytes) give it: SnapshotMatcher._record. */
 typedef struct {
     uint32_t off, n_pat, n_host, n_path;
     int32_t n_query; /* -1: no query */
@@ -1370,17 +1371,26 @@ typedef struct {
     uint16_t category, flags;
 } record;
 
-/* The record of rule `id` (below im->n_rules, which the caller has checked): 0 when its
-   extra is not in the image. */
-static inline int
-read_record(const image *im, uint64_t id, record *rec)
+/* The 16-byte record of rule `id` (below im->n_rules, which the caller has checked) as
+   it stands: with F_EXTRA, off is the index of its extra and the lengths are not filled
+   in (read_record reads them). */
+static inline record
+record_itself(const image *im, uint64_t id)
 {
     const unsigned char *r = im->rules + RECORD * id;
-    *rec = (record){
+    return (record){
         .off = rd32(r), .line = rd32(r + 4), .source_id = rd16(r + 8),
         .category = rd16(r + 10), .n_path = rd16(r + 12), .n_host = r[14], .flags = r[15],
         .n_pat = 0, .n_query = -1,
     };
+}
+
+/* Rule `id` (below im->n_rules, which the caller has checked), its extra read: 0 when
+   that is not in the image. */
+static inline int
+read_record(const image *im, uint64_t id, record *rec)
+{
+    *rec = record_itself(im, id);
     if (!(rec->flags & F_EXTRA)) return 1;
     if (rec->off >= im->n_extras) return 0;
     const unsigned char *x = im->extras + EXTRA * (uint64_t)rec->off;
@@ -1635,7 +1645,8 @@ lookup_form(const unsigned char *s, Py_ssize_t n, unsigned char *rewritten,
 
 /* ---- Warming: the memory a URL's lookup will read, asked for a few URLs ahead --------
  * At 1M rules each lookup that finds its host waits on a chain of cache misses: the
- * expression slot, the postings, the rule record, the rule's strings. snapshot_match walks
+ * expression slot, the postings (of an expression two rules or more share), the rule
+ * record, the rule's strings. snapshot_match walks
  * that chain for the URLs ahead of the one it matches, one link per URL step, with
  * prefetches only: what match_one then reads is in the cache. The walk decides nothing
  * (match_one alone does, unchanged), so it may stop short anywhere; every read is
@@ -1774,12 +1785,11 @@ static void
 warm_strings(const image *im, const warm_url *u)
 {
     for (int j = 0; j < u->n; j++) {
-        const unsigned char *r = im->rules + RECORD * u->v[j];
-        uint64_t off = rd32(r);
-        if (r[15] & F_EXTRA) {
-            if (off < im->n_extras) PREFETCH_READ(im->extras + EXTRA * off);
-        } else if (off < im->strings_len) {
-            PREFETCH_READ(im->strings + off);
+        const record rec = record_itself(im, u->v[j]);
+        if (rec.flags & F_EXTRA) {
+            if (rec.off < im->n_extras) PREFETCH_READ(im->extras + EXTRA * (uint64_t)rec.off);
+        } else if (rec.off < im->strings_len) {
+            PREFETCH_READ(im->strings + rec.off);
         }
     }
 }
@@ -2336,8 +2346,7 @@ squid_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *entry = NULL;
         int allow = id == -1 && !unknown;
         if (id >= 0) {
-            record rec; /* its own fields (matched already, so its extra reads too) */
-            (void)read_record(&b.im, (uint64_t)id, &rec);
+            const record rec = record_itself(&b.im, (uint64_t)id); /* no length needed */
             uint16_t category = rec.category;
             allow = (rec.flags & F_ALLOW) != 0;
             if (!allow && category < n_cats && PyTuple_GET_ITEM(pieces, category) != Py_None) {
@@ -2433,8 +2442,7 @@ filter_reply(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         uint32_t line = 0;
         int allow = 0;
         if (id >= 0) {
-            record rec; /* its own fields (matched already, so its extra reads too) */
-            (void)read_record(&b.im, (uint64_t)id, &rec);
+            const record rec = record_itself(&b.im, (uint64_t)id); /* no length needed */
             uint32_t source_id = rec.source_id;
             uint16_t category_id = rec.category;
             line = rec.line;
@@ -2991,12 +2999,12 @@ table_place(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&vb);
         return NULL;
     }
-    Py_ssize_t n = kb.len / 8, slots = tb.len / 12;
+    Py_ssize_t n = kb.len / 8, slots = tb.len / SLOT;
     PyObject *result = NULL;
     int64_t *pending = NULL;
     int64_t *position = NULL;
     unsigned char *occupied = NULL;
-    if (kb.len % 8 || vb.len != n * 4 || tb.len % 12 || slots < 1
+    if (kb.len % 8 || vb.len != n * 4 || tb.len % SLOT || slots < 1
         || (uint64_t)slots > (UINT64_C(1) << 32) || n > slots) {
         PyErr_SetString(PyExc_ValueError,
                         "table_place: keys hold n uint64, values n uint32, the table 12-byte "
@@ -3026,8 +3034,8 @@ table_place(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             int64_t k = pending[j], at = position[k];
             if (!occupied[at]) {
                 occupied[at] = 1;
-                memcpy(table + 12 * at, &keys[k], 8);
-                memcpy(table + 12 * at + 8, &values[k], 4);
+                memcpy(table + SLOT * at, &keys[k], 8);
+                memcpy(table + SLOT * at + 8, &values[k], 4);
             } else {
                 position[k] = at + 1 == slots ? 0 : at + 1;
                 pending[kept++] = k;
