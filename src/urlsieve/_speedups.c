@@ -1861,6 +1861,154 @@ match_url(const image *im, const unsigned char *s, Py_ssize_t n, unsigned char *
 #define STRINGS_AHEAD 1
 #define WARM_RING 16
 
+/* The canonical string of the URL `url` matched as text[0:len] (spans sp): the URL
+   itself when it was canonical as it came (text its own bytes), else a new string. */
+static PyObject *
+form_of(PyObject *url, const unsigned char *text, Py_ssize_t len, const spans *sp)
+{
+    return text == PyUnicode_1BYTE_DATA(url) ? canonical_of(url, sp)
+                                             : canonical_text(text, len, sp);
+}
+
+/* What a batch lookup does with URL k's answer: `id` (-1 no rule, -2 off the fast path)
+   and, on the fast path, the canonical-form bytes it was matched as (text[0:len], its
+   spans sp). Returns 0, or -1 with an error set, which stops the batch. */
+typedef int (*match_sink)(void *ctx, Py_ssize_t k, PyObject *url, int64_t id,
+                          const unsigned char *text, Py_ssize_t len, const spans *sp);
+
+/* Per-URL masks (the policy engine: one pass list per client, one call per batch): URL
+   k uses base[row_at[k]:row_at[k] + stride]; row_at NULL: the image's own mask. */
+typedef struct {
+    const unsigned char *base;
+    const int64_t *row_at;
+    Py_ssize_t stride;
+} mask_rows;
+
+/* The warmed lookup of every URL of the list `refs`, in order, each answer given to the
+   sink (an item that is not an ASCII str is off the fast path). The list must not change
+   during the call: the caller holds a copy, or its sink runs no Python code. buf:
+   scratch_take's block. Returns how many URLs were off the fast path, -1 when the sink
+   failed. */
+static Py_ssize_t
+match_batch(image *im, PyObject *refs, const mask_rows *rows, unsigned char *buf,
+            match_sink sink, void *ctx)
+{
+    Py_ssize_t n_urls = PyList_GET_SIZE(refs);
+    unsigned char *rewritten = buf + MAX_URL + 16;
+    warm_url ring[WARM_RING];
+    for (int j = 0; j < WARM_RING; j++) {
+        ring[j].state = WARM_NONE;
+        ring[j].n = 0;
+    }
+    Py_ssize_t left = 0; /* URLs off the fast path (-2) */
+    for (Py_ssize_t k = -HOSTS_AHEAD; k < n_urls; k++) {
+        /* URL k + HOSTS_AHEAD's host slots are asked for, the later links of the URLs
+           between are warmed, then URL k is matched */
+        Py_ssize_t next = k + HOSTS_AHEAD; /* cannot overflow: n_urls is a list's size */
+        if (next + PREFETCH < n_urls) prefetch_str(PyList_GET_ITEM(refs, next + PREFETCH));
+        if (k >= 0) {
+            PyObject *url = PyList_GET_ITEM(refs, k);
+            warm_url *u = &ring[k % WARM_RING];
+            const unsigned char *text = NULL;
+            Py_ssize_t len = 0;
+            spans sp;
+            int64_t id;
+            if (!PyUnicode_Check(url) || !PyUnicode_IS_ASCII(url)) {
+                id = -2; /* (not a str: snapshot_check leaves it to its caller) */
+            } else {
+                if (rows->row_at != NULL) {
+                    im->mask = rows->base + rows->row_at[k];
+                    im->mask_len = rows->stride;
+                }
+                text = PyUnicode_1BYTE_DATA(url);
+                len = PyUnicode_GET_LENGTH(url);
+                if (u->state == WARM_AS_IS) { /* scanned already */
+                    sp = u->sp;
+                    id = match_one(im, text, len, &sp, buf);
+                } else if (u->state == WARM_REWRITTEN) { /* rewritten already */
+                    sp = u->sp;
+                    text = u->text;
+                    len = u->len;
+                    id = match_one(im, text, len, &sp, buf);
+                } else if (u->state == WARM_REFUSED) {
+                    id = -2;
+                } else {
+                    id = match_url(im, text, len, buf, rewritten, &text, &len, &sp);
+                }
+            }
+            left += id == -2;
+            if (sink(ctx, k, url, id, text, len, &sp) < 0) return -1;
+        }
+        /* the links ahead, the furthest first (each URL's previous link was asked for one
+           step ago) */
+        if (k + EXPRS_AHEAD >= 0 && k + EXPRS_AHEAD < n_urls)
+            warm_exprs(im, PyList_GET_ITEM(refs, k + EXPRS_AHEAD),
+                       &ring[(k + EXPRS_AHEAD) % WARM_RING], buf);
+        if (k + POSTINGS_AHEAD >= 0 && k + POSTINGS_AHEAD < n_urls)
+            warm_postings(im, &ring[(k + POSTINGS_AHEAD) % WARM_RING]);
+        if (k + RECORDS_AHEAD >= 0 && k + RECORDS_AHEAD < n_urls)
+            warm_records(im, &ring[(k + RECORDS_AHEAD) % WARM_RING]);
+        if (k + STRINGS_AHEAD >= 0 && k + STRINGS_AHEAD < n_urls)
+            warm_strings(im, &ring[(k + STRINGS_AHEAD) % WARM_RING]);
+        /* URL next takes the slot URL next - WARM_RING has left */
+        if (next < n_urls) {
+            warm_url *u = &ring[next % WARM_RING];
+            PyObject *later = PyList_GET_ITEM(refs, next);
+            u->state = WARM_NONE;
+            u->n = 0;
+            if (PyUnicode_Check(later) && PyUnicode_IS_ASCII(later))
+                warm_hosts(im, PyUnicode_1BYTE_DATA(later), PyUnicode_GET_LENGTH(later), u,
+                           rewritten);
+        }
+    }
+    return left;
+}
+
+/* A copy of `urls` (a list) when every item is a str, else NULL with a TypeError naming
+   `fn` and the first that is not. */
+static PyObject *
+held_strings(PyObject *urls, const char *fn)
+{
+    PyObject *refs = PyList_GetSlice(urls, 0, PyList_GET_SIZE(urls));
+    if (refs == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(refs); k++) {
+        if (!PyUnicode_Check(PyList_GET_ITEM(refs, k))) {
+            PyErr_Format(PyExc_TypeError, "%s: urls[%zd] is %.100s, not str", fn, k,
+                         Py_TYPE(PyList_GET_ITEM(refs, k))->tp_name);
+            Py_DECREF(refs);
+            return NULL;
+        }
+    }
+    return refs;
+}
+
+/* snapshot_match's sink: the ids into an int64 buffer, the canonical forms (when asked
+   for) into a list. */
+typedef struct {
+    int64_t *ids;
+    PyObject *canon;
+} ids_sink;
+
+static int
+ids_put(void *ctx, Py_ssize_t k, PyObject *url, int64_t id, const unsigned char *text,
+        Py_ssize_t len, const spans *sp)
+{
+    ids_sink *out = ctx;
+    out->ids[k] = id;
+    if (id == -2 || out->canon == NULL) return 0;
+    /* Dropping an old item of `canonical` may run Python code that resizes it. */
+    if (k >= PyList_GET_SIZE(out->canon)) {
+        PyErr_SetString(PyExc_RuntimeError, "snapshot_match: a list changed size");
+        return -1;
+    }
+    PyObject *form = form_of(url, text, len, sp);
+    if (form == NULL) return -1;
+    PyObject *old = PyList_GET_ITEM(out->canon, k);
+    PyList_SET_ITEM(out->canon, k, form);
+    Py_DECREF(old);
+    return 0;
+}
+
 static PyObject *
 snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1942,97 +2090,14 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         goto done;
     }
-    unsigned char *rewritten = buf + MAX_URL + 16;
-    int64_t *ids = out.buf;
     /* The strings, held: Python code run below (dropping an old item of `canonical`)
        cannot change what a URL whose host slots were asked for ahead is. */
-    refs = PyList_GetSlice(urls, 0, n_urls);
+    refs = held_strings(urls, "snapshot_match");
     if (refs == NULL) goto done;
-    for (Py_ssize_t k = 0; k < n_urls; k++) {
-        if (!PyUnicode_Check(PyList_GET_ITEM(refs, k))) {
-            PyErr_Format(PyExc_TypeError, "snapshot_match: urls[%zd] is %.100s, not str", k,
-                         Py_TYPE(PyList_GET_ITEM(refs, k))->tp_name);
-            goto done;
-        }
-    }
-    warm_url ring[WARM_RING];
-    for (int j = 0; j < WARM_RING; j++) {
-        ring[j].state = WARM_NONE;
-        ring[j].n = 0;
-    }
-    Py_ssize_t left = 0; /* URLs off the fast path (-2) */
-    for (Py_ssize_t k = -HOSTS_AHEAD; k < n_urls; k++) {
-        /* URL k + HOSTS_AHEAD's host slots are asked for, the later links of the URLs
-           between are warmed, then URL k is matched */
-        Py_ssize_t next = k + HOSTS_AHEAD; /* cannot overflow: n_urls is a list's size */
-        if (next + PREFETCH < n_urls) prefetch_str(PyList_GET_ITEM(refs, next + PREFETCH));
-        if (k >= 0) {
-            /* Dropping an old item of `canonical` may run Python code that resizes it. */
-            if (canon != NULL && k >= PyList_GET_SIZE(canon)) {
-                PyErr_SetString(PyExc_RuntimeError, "snapshot_match: a list changed size");
-                goto done;
-            }
-            PyObject *url = PyList_GET_ITEM(refs, k);
-            warm_url *u = &ring[k % WARM_RING];
-            if (!PyUnicode_IS_ASCII(url)) {
-                ids[k] = -2;
-                left++;
-            } else {
-                if (row_at != NULL) {
-                    im.mask = (const unsigned char *)mask.buf + row_at[k];
-                    im.mask_len = stride;
-                }
-                const unsigned char *text = PyUnicode_1BYTE_DATA(url);
-                Py_ssize_t len = PyUnicode_GET_LENGTH(url);
-                spans sp;
-                if (u->state == WARM_AS_IS) { /* scanned already */
-                    sp = u->sp;
-                    ids[k] = match_one(&im, text, len, &sp, buf);
-                } else if (u->state == WARM_REWRITTEN) { /* rewritten already */
-                    sp = u->sp;
-                    text = u->text;
-                    len = u->len;
-                    ids[k] = match_one(&im, text, len, &sp, buf);
-                } else if (u->state == WARM_REFUSED) {
-                    ids[k] = -2;
-                } else {
-                    ids[k] = match_url(&im, text, len, buf, rewritten, &text, &len, &sp);
-                }
-                left += ids[k] == -2;
-                if (ids[k] != -2 && canon != NULL) {
-                    PyObject *form = text == PyUnicode_1BYTE_DATA(url)
-                                         ? canonical_of(url, &sp)
-                                         : canonical_text(text, len, &sp);
-                    if (form == NULL) goto done;
-                    PyObject *old = PyList_GET_ITEM(canon, k);
-                    PyList_SET_ITEM(canon, k, form);
-                    Py_DECREF(old);
-                }
-            }
-        }
-        /* the links ahead, the furthest first (each URL's previous link was asked for one
-           step ago) */
-        if (k + EXPRS_AHEAD >= 0 && k + EXPRS_AHEAD < n_urls)
-            warm_exprs(&im, PyList_GET_ITEM(refs, k + EXPRS_AHEAD),
-                       &ring[(k + EXPRS_AHEAD) % WARM_RING], buf);
-        if (k + POSTINGS_AHEAD >= 0 && k + POSTINGS_AHEAD < n_urls)
-            warm_postings(&im, &ring[(k + POSTINGS_AHEAD) % WARM_RING]);
-        if (k + RECORDS_AHEAD >= 0 && k + RECORDS_AHEAD < n_urls)
-            warm_records(&im, &ring[(k + RECORDS_AHEAD) % WARM_RING]);
-        if (k + STRINGS_AHEAD >= 0 && k + STRINGS_AHEAD < n_urls)
-            warm_strings(&im, &ring[(k + STRINGS_AHEAD) % WARM_RING]);
-        /* URL next takes the slot URL next - WARM_RING has left */
-        if (next < n_urls) {
-            warm_url *u = &ring[next % WARM_RING];
-            PyObject *later = PyList_GET_ITEM(refs, next);
-            u->state = WARM_NONE;
-            u->n = 0;
-            if (PyUnicode_IS_ASCII(later))
-                warm_hosts(&im, PyUnicode_1BYTE_DATA(later), PyUnicode_GET_LENGTH(later), u,
-                           rewritten);
-        }
-    }
-    result = PyLong_FromSsize_t(left);
+    mask_rows per_url = {.base = mask.obj ? mask.buf : NULL, .row_at = row_at, .stride = stride};
+    ids_sink sink = {.ids = out.buf, .canon = canon};
+    Py_ssize_t left = match_batch(&im, refs, &per_url, buf, ids_put, &sink);
+    if (left >= 0) result = PyLong_FromSsize_t(left);
 done:
     Py_XDECREF(refs);
     scratch_give(buf);
@@ -2668,14 +2733,16 @@ quote_all(PyObject *module, PyObject *arg)
     return out;
 }
 
+#ifdef URLSIEVE_XXHASH
 /* ---------------------------------------------------------------------------------------
- * snapshot_verdicts: SnapshotMatcher.check_many's verdict list in one call (its Python
- * loop is the reference, which the tests hold this equal to). Per URL k: ids[k] is a
- * rule id, -1 (no rule) or the InvalidURL its parse raised (raised here, the first in
- * order); the verdict is verdict_type(rule[action_at], rule, forms[k]) with the rule from
- * the `rules` cache (a dict id -> Rule), or (none, None, forms[k]). A rule id not in the
- * cache gets None in the list and its position in `missing`, for the caller to fill.
- * Returns (verdicts, missing).
+ * snapshot_check: SnapshotMatcher.check_many in one call (its Python body is the
+ * reference, which the tests hold this equal to): the lookups of snapshot_match's loop and
+ * the verdicts together, with no list of ids or of canonical forms in between, and each
+ * URL's string touched once. Per URL k of the list: verdict_type(action, rule, canonical
+ * form) for a rule in the cache, (none, None, form) for no rule; None for a URL off the
+ * fast path or not a str (k in `left`, for the caller to parse) and for a rule not in the
+ * cache ((k, rule id, form) in `missing`, for the caller to build). Returns
+ * (verdicts, missing, left).
  */
 /* Whether a tuple holds no object the collector tracks but tuples of such objects (a
    verdict: two strings and a rule of strings, numbers and None), looked into one level. */
@@ -2693,107 +2760,192 @@ atomic_items(PyObject *tuple)
     return 1;
 }
 
+/* verdict_type(action, rule, form) (borrowed references), as tuple.__new__ makes it. */
 static PyObject *
-snapshot_verdicts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+make_verdict(PyTypeObject *type, PyObject *action, PyObject *rule, PyObject *form)
 {
-    (void)module;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "snapshot_verdicts(ids, forms, rules, verdict_type, "
-                                         "none, action_at) takes 6 arguments");
-        return NULL;
-    }
-    PyObject *ids = args[0], *forms = args[1], *rules = args[2], *none = args[4];
-    PyTypeObject *type = (PyTypeObject *)args[3];
-    if (!PyList_Check(ids) || !PyList_Check(forms) || !PyDict_Check(rules)
-        || PyList_GET_SIZE(ids) != PyList_GET_SIZE(forms) || !PyType_Check(args[3])
-        || !PyType_IsSubtype(type, &PyTuple_Type) || type->tp_basicsize != PyTuple_Type.tp_basicsize) {
-        PyErr_SetString(PyExc_TypeError, "snapshot_verdicts: ids and forms are lists as long as "
-                                         "each other, rules a dict, verdict_type a tuple type "
-                                         "without fields of its own");
-        return NULL;
-    }
-    Py_ssize_t action_at = PyLong_AsSsize_t(args[5]);
-    if (action_at == -1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(ids);
-    int collecting = 0;
-    PyObject *out = PyList_New(n), *missing = PyList_New(0);
-    if (out == NULL || missing == NULL) goto fail;
-    /* Every verdict made here is untracked at once (it can be in no cycle), yet each
-       allocation counts towards a collection: no collection runs during the loop, which
-       at 10,000s of verdicts a call would scan the young objects once per 700. */
-    collecting = PyGC_Disable();
-    for (Py_ssize_t k = 0; k < n; k++) {
-        /* Python code may run below (a dict lookup): re-check. */
-        if (k >= PyList_GET_SIZE(ids) || k >= PyList_GET_SIZE(forms)) {
-            PyErr_SetString(PyExc_RuntimeError, "snapshot_verdicts: a list changed size");
-            goto fail;
-        }
-        PyObject *item = PyList_GET_ITEM(ids, k), *form = PyList_GET_ITEM(forms, k);
-        if (!PyLong_CheckExact(item)) {
-            if (PyExceptionInstance_Check(item)) { /* `raise rule_id`, as the reference */
-                PyErr_SetObject((PyObject *)Py_TYPE(item), item);
-            } else {
-                PyErr_Format(PyExc_TypeError, "snapshot_verdicts: ids[%zd] is %.100s", k,
-                             Py_TYPE(item)->tp_name);
-            }
-            goto fail;
-        }
-        long long id = PyLong_AsLongLong(item);
-        if (id == -1 && PyErr_Occurred()) goto fail;
-        PyObject *action = none, *rule = Py_None;
-        if (id >= 0) {
-            /* int keys only: the lookup runs no Python code, so item and form stay valid */
-            rule = PyDict_GetItemWithError(rules, item); /* borrowed */
-            if (rule == NULL) {
-                if (PyErr_Occurred()) goto fail;
-                PyObject *at = PyLong_FromSsize_t(k);
-                if (at == NULL || PyList_Append(missing, at) < 0) {
-                    Py_XDECREF(at);
-                    goto fail;
-                }
-                Py_DECREF(at);
-                PyList_SET_ITEM(out, k, Py_NewRef(Py_None));
-                continue;
-            }
+    PyObject *verdict = type->tp_alloc(type, 3);
+    if (verdict == NULL) return NULL;
+    PyTuple_SET_ITEM(verdict, 0, Py_NewRef(action));
+    PyTuple_SET_ITEM(verdict, 1, Py_NewRef(rule));
+    PyTuple_SET_ITEM(verdict, 2, Py_NewRef(form));
+    /* It can be in no reference cycle: what CPython does for such a tuple, here for the
+       subclass it skips, so that the collector is not run over every verdict. A rule
+       snapshot_rules untracked is known atomic without a look at its fields. */
+    int atomic = !PyObject_IS_GC(action) && !PyObject_IS_GC(form)
+                 && (rule == Py_None || !PyObject_GC_IsTracked(rule));
+    if (atomic || atomic_items(verdict)) PyObject_GC_UnTrack(verdict);
+    return verdict;
+}
+
+/* Whether `type` can be a verdict type: a tuple type without fields of its own (a named
+   tuple); 0 with a TypeError naming `fn` when not. */
+static int
+verdict_type_ok(PyObject *type, const char *fn)
+{
+    if (PyType_Check(type) && PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)
+        && ((PyTypeObject *)type)->tp_basicsize == PyTuple_Type.tp_basicsize)
+        return 1;
+    PyErr_Format(PyExc_TypeError, "%s: verdict_type must be a tuple type without fields of "
+                                  "its own", fn);
+    return 0;
+}
+
+/* check_many's rule cache (urlsieve.match.snapshot.RuleCache, which is the reference of
+   the probe): `ids`, int64 rule ids (-1: an empty slot), beside the list of their rules. */
+typedef struct {
+    const int64_t *ids;
+    PyObject *rules;
+    uint64_t slots; /* a power of two */
+    int bits;
+} rule_cache;
+
+#define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
+
+/* The cached rule of `id` (borrowed), with *action its action: NULL when it is not cached,
+   or with a TypeError set when what is cached is not a rule. Reads no Python object but
+   the rule's. */
+static PyObject *
+cached_rule(const rule_cache *cache, int64_t id, Py_ssize_t action_at, PyObject **action)
+{
+    uint64_t at = ((uint64_t)id * GOLDEN) >> (64 - cache->bits);
+    for (uint64_t tries = 0; tries < cache->slots; tries++) {
+        int64_t held = cache->ids[at];
+        if (held == -1) return NULL;
+        if (held == id) {
+            PyObject *rule = PyList_GET_ITEM(cache->rules, (Py_ssize_t)at);
             if (!PyTuple_Check(rule) || action_at < 0 || action_at >= PyTuple_GET_SIZE(rule)) {
-                PyErr_SetString(PyExc_TypeError, "snapshot_verdicts: a cached rule is not a "
-                                                 "tuple with an action at action_at");
-                goto fail;
+                PyErr_SetString(PyExc_TypeError, "snapshot_check: a cached rule is not a tuple "
+                                                 "with an action at action_at");
+                return NULL;
             }
-            action = PyTuple_GET_ITEM(rule, action_at);
+            *action = PyTuple_GET_ITEM(rule, action_at);
+            return rule;
         }
-        Py_INCREF(action);
-        Py_INCREF(rule);
-        Py_INCREF(form);
-        PyObject *verdict = type->tp_alloc(type, 3); /* as tuple.__new__(type, ...) does */
-        if (verdict == NULL) {
-            Py_DECREF(action);
-            Py_DECREF(rule);
-            Py_DECREF(form);
-            goto fail;
-        }
-        PyTuple_SET_ITEM(verdict, 0, action);
-        PyTuple_SET_ITEM(verdict, 1, rule);
-        PyTuple_SET_ITEM(verdict, 2, form);
-        /* It can be in no reference cycle: what CPython does for such a tuple, here for
-           the subclass it skips, so that the collector is not run over every verdict. A
-           rule snapshot_rules untracked is known atomic without a look at its fields. */
-        int atomic = !PyObject_IS_GC(action) && !PyObject_IS_GC(form)
-                     && (rule == Py_None || !PyObject_GC_IsTracked(rule));
-        if (atomic || atomic_items(verdict)) PyObject_GC_UnTrack(verdict);
-        PyList_SET_ITEM(out, k, verdict);
+        at = (at + 1) & (cache->slots - 1);
     }
-    if (collecting) PyGC_Enable();
-    PyObject *result = PyTuple_Pack(2, out, missing);
-    Py_DECREF(out);
-    Py_DECREF(missing);
-    return result;
-fail:
-    if (collecting) PyGC_Enable();
-    Py_XDECREF(out);
-    Py_XDECREF(missing);
     return NULL;
 }
+
+typedef struct {
+    PyObject *out, *missing, *left, *none;
+    rule_cache cache;
+    PyTypeObject *type;
+    Py_ssize_t action_at;
+} verdict_sink;
+
+static int
+verdict_put(void *ctx, Py_ssize_t k, PyObject *url, int64_t id, const unsigned char *text,
+            Py_ssize_t len, const spans *sp)
+{
+    verdict_sink *to = ctx;
+    if (id == -2) {
+        PyObject *at = PyLong_FromSsize_t(k);
+        int failed = at == NULL || PyList_Append(to->left, at) < 0;
+        Py_XDECREF(at);
+        if (failed) return -1;
+        PyList_SET_ITEM(to->out, k, Py_NewRef(Py_None));
+        return 0;
+    }
+    PyObject *form = form_of(url, text, len, sp);
+    if (form == NULL) return -1;
+    PyObject *action = to->none, *rule = Py_None, *verdict = NULL;
+    if (id >= 0) {
+        rule = cached_rule(&to->cache, id, to->action_at, &action);
+        if (rule == NULL) {
+            if (PyErr_Occurred()) goto done;
+            /* not built yet: the caller builds it */
+            PyObject *entry = Py_BuildValue("(nLO)", k, (long long)id, form);
+            int failed = entry == NULL || PyList_Append(to->missing, entry) < 0;
+            Py_XDECREF(entry);
+            Py_DECREF(form);
+            if (failed) return -1;
+            PyList_SET_ITEM(to->out, k, Py_NewRef(Py_None));
+            return 0;
+        }
+    }
+    verdict = make_verdict(to->type, action, rule, form);
+    if (verdict != NULL) PyList_SET_ITEM(to->out, k, verdict);
+done:
+    Py_DECREF(form);
+    return verdict == NULL ? -1 : 0;
+}
+
+static PyObject *
+snapshot_check(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "snapshot_check(image, layout, urls, mask, cache_ids, "
+                                         "cache_rules, verdict_type, none, action_at) takes 9 "
+                                         "arguments");
+        return NULL;
+    }
+    PyObject *layout = args[1], *urls = args[2], *mask_obj = args[3], *rules = args[5];
+    if (!PyList_Check(urls) || !PyList_Check(rules)) {
+        PyErr_SetString(PyExc_TypeError, "snapshot_check: urls and cache_rules must be lists");
+        return NULL;
+    }
+    if (!verdict_type_ok(args[6], "snapshot_check")) return NULL;
+    Py_ssize_t action_at = PyLong_AsSsize_t(args[8]);
+    if (action_at == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer img, mask = {0}, ids = {0};
+    if (PyObject_GetBuffer(args[0], &img, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[4], &ids, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&img);
+        return NULL;
+    }
+    if (mask_obj != Py_None && PyObject_GetBuffer(mask_obj, &mask, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&img);
+        PyBuffer_Release(&ids);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    verdict_sink to = {.none = args[7], .type = (PyTypeObject *)args[6], .action_at = action_at};
+    unsigned char *buf = NULL;
+    int collecting = 0;
+    uint64_t slots = (uint64_t)PyList_GET_SIZE(rules);
+    int bits = 0;
+    while (bits < 40 && (UINT64_C(1) << bits) < slots) bits++;
+    if (slots < 2 || (UINT64_C(1) << bits) != slots || (uint64_t)ids.len != 8 * slots) {
+        PyErr_SetString(PyExc_ValueError, "snapshot_check: the cache is a power of two (2 at "
+                                          "least) of int64 ids and as many rules");
+        goto done;
+    }
+    to.cache = (rule_cache){.ids = ids.buf, .rules = rules, .slots = slots, .bits = bits};
+    image im;
+    if (!image_open(&img, layout, &im)) goto done;
+    im.mask = mask.obj ? mask.buf : NULL;
+    im.mask_len = mask.obj ? mask.len : 0;
+    to.out = PyList_New(PyList_GET_SIZE(urls));
+    to.missing = PyList_New(0);
+    to.left = PyList_New(0);
+    buf = scratch_take();
+    if (to.out == NULL || to.missing == NULL || to.left == NULL || buf == NULL) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    /* No collection runs while the verdicts are made: each is untracked at once, yet
+       every allocation counts towards one, which at 10,000s of verdicts a call would scan
+       the young objects once per 700. With no collection, nothing in the loop runs Python
+       code (verdict_put's lookups are of int keys, it drops no object but its own new
+       ones), so `urls` is matched as it is, without a copy (a pass over every string). */
+    collecting = PyGC_Disable();
+    mask_rows one_mask = {.base = NULL, .row_at = NULL, .stride = 0};
+    Py_ssize_t n_left = match_batch(&im, urls, &one_mask, buf, verdict_put, &to);
+    if (collecting) PyGC_Enable();
+    if (n_left >= 0) result = PyTuple_Pack(3, to.out, to.missing, to.left);
+done:
+    Py_XDECREF(to.out);
+    Py_XDECREF(to.missing);
+    Py_XDECREF(to.left);
+    scratch_give(buf);
+    PyBuffer_Release(&img);
+    PyBuffer_Release(&ids);
+    if (mask.obj) PyBuffer_Release(&mask);
+    return result;
+}
+#endif /* URLSIEVE_XXHASH */
 
 #ifdef URLSIEVE_XXHASH
 /* ---------------------------------------------------------------------------------------
@@ -3234,11 +3386,16 @@ static PyMethodDef methods[] = {
      "-> list[Rule | None]\n\n"
      "The rules of rule ids, read from a compiled image (None: the caller builds it)."},
 #endif
-    {"snapshot_verdicts", (PyCFunction)(void (*)(void))snapshot_verdicts, METH_FASTCALL,
-     "snapshot_verdicts(ids, forms, rules, verdict_type, none, action_at)\n"
-     "-> tuple[list, list[int]]\n\n"
-     "check_many's verdicts from rule ids, canonical forms and the rule cache; the\n"
-     "positions of ids missing from the cache are returned for the caller to fill."},
+#ifdef URLSIEVE_XXHASH
+    {"snapshot_check", (PyCFunction)(void (*)(void))snapshot_check, METH_FASTCALL,
+     "snapshot_check(image, layout, urls, mask, cache_ids, cache_rules, verdict_type, none,\n"
+     "action_at)"
+     "-> tuple[list, list[tuple[int, int, str]], list[int]]\n\n"
+     "check_many's verdicts for a list of URLs in one call, with its rule cache (ids\n"
+     "int64, -1 empty, and rules). None where the caller is left to fill:\n"
+     "(position, rule id, canonical form) of each rule not in the cache, and the\n"
+     "positions of the URLs off the fast path."},
+#endif
     {"quote_all", (PyCFunction)quote_all, METH_O,
      "quote_all(text) -> str | None\n\n"
      "ASCII text percent-encoded but A-Z a-z 0-9 _ . - ~ (None for non-ASCII text)."},

@@ -7,6 +7,7 @@ import contextlib
 import gc
 import random
 import threading
+from array import array
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from tests.needs import missing
 from urlsieve import Filter, InvalidURL, parse_url
 from urlsieve._accel import speedups
 from urlsieve.match import HashMatcher, Verdict
-from urlsieve.match.snapshot import _ONE_RULE, SnapshotBuilder, SnapshotMatcher
+from urlsieve.match.snapshot import _ONE_RULE, RuleCache, SnapshotBuilder, SnapshotMatcher
 from urlsieve.rules.model import ALLOW, BLOCK, Rule, RuleSyntaxError, parse_rule
 
 
@@ -424,7 +425,7 @@ def test_mask_rows_are_checked_by_the_compiled_entry_point() -> None:
         fn(view, layout, urls, masks, out, None, np.array([0, 0], dtype=np.int64))
 
 
-# -- check_many's verdicts built in C (snapshot_verdicts; reference: its Python loop) ------
+# -- check_many in C (snapshot_check; reference: check_many's Python body) -----------------
 
 
 def _python_check_many(
@@ -433,34 +434,55 @@ def _python_check_many(
     import urlsieve.match.snapshot as snapshot_module
 
     with monkeypatch.context() as patched:
-        patched.setattr(snapshot_module, "_verdicts", None)
+        patched.setattr(snapshot_module, "_check", None)
         try:
             return matcher.check_many(urls)
         except InvalidURL as exc:
             return exc
 
 
+def _compiled_check() -> Any:
+    fn = getattr(speedups, "snapshot_check", None)
+    if fn is None:
+        missing("urlsieve._speedups was not built with xxhash.h: no compiled check_many")
+    return fn
+
+
 @pytest.mark.usefixtures("compiled")
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     patterns=st.lists(st.sampled_from(rulegen.random_rules(300, 4)), min_size=1, max_size=40),
-    urls=st.lists(url_text, max_size=30),
+    urls=st.lists(
+        st.one_of(url_text, st.sampled_from(["http://x.example/", "é.example/a"])), max_size=30
+    ),
     seed=st.integers(0, 1000),
     cached=st.booleans(),
+    as_urls=st.booleans(),
 )
-def test_check_many_verdicts_equal_the_python_loop(
-    monkeypatch: pytest.MonkeyPatch, patterns: list[str], urls: list[str], seed: int, cached: bool
+def test_check_many_in_c_equals_the_python_loop(
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    patterns: list[str],
+    urls: list[str],
+    seed: int,
+    cached: bool,
+    as_urls: bool,
 ) -> None:
     """The same verdicts (or the same first InvalidURL), whether the rules are in the cache
-    or built for the missing positions; no verdict made in C is left to the collector."""
-    if not hasattr(speedups, "snapshot_verdicts"):
-        missing("urlsieve._speedups was not built: no compiled verdicts")
+    or built for the missing positions, and with parsed URL objects among the strings (left
+    to Python)."""
+    _compiled_check()
     matcher = SnapshotMatcher.from_rules(rules_from(patterns, seed))
-    want = _python_check_many(monkeypatch, matcher, urls)
+    batch: list[Any] = list(urls)
+    if as_urls:  # every other valid URL parsed beforehand: not a str, so left to Python
+        for at in range(0, len(batch), 2):
+            with contextlib.suppress(InvalidURL):
+                batch[at] = parse_url(batch[at])
+    want = _python_check_many(monkeypatch, matcher, batch)
     if not cached:
         matcher._rule_cache.clear()
     try:
-        got: list[Verdict] | InvalidURL = matcher.check_many(urls)
+        got: list[Verdict] | InvalidURL = matcher.check_many(batch)
     except InvalidURL as exc:
         got = exc
     if isinstance(want, InvalidURL):
@@ -468,57 +490,148 @@ def test_check_many_verdicts_equal_the_python_loop(
         return
     assert got == want
     assert all(type(v) is Verdict for v in got)  # type: ignore[union-attr]
-    if cached:  # (those of rules built for missing positions are Python's own tuples)
-        assert not any(gc.is_tracked(v) for v in got)  # type: ignore[union-attr]
 
 
-def test_compiled_verdicts_refuse_misuse() -> None:
-    fn = getattr(speedups, "snapshot_verdicts", None)
-    if fn is None:
-        missing("urlsieve._speedups was not built: no compiled verdicts")
-    rule = parse_rule("evil.com", BLOCK, "c")
-    ok = fn([0, -1], ["a", "b"], {0: rule}, Verdict, "none", 1)
-    assert ok == ([Verdict("block", rule, "a"), Verdict("none", None, "b")], [])
-    assert fn([5], ["a"], {}, Verdict, "none", 1) == ([None], [0])
-    with pytest.raises(InvalidURL):
-        fn([InvalidURL("empty host", "x")], ["a"], {}, Verdict, "none", 1)
-    for args in [
-        ([0], ["a", "b"], {}, Verdict, "none", 1),  # lengths differ
-        ((0,), ["a"], {}, Verdict, "none", 1),
-        ([0], ["a"], [], Verdict, "none", 1),
-        ([0], ["a"], {}, dict, "none", 1),
-        (["0"], ["a"], {}, Verdict, "none", 1),
-        ([0], ["a"], {0: "not a rule"}, Verdict, "none", 1),
-        ([0], ["a"], {0: rule}, Verdict, "none", 99),
+def test_the_rule_cache_probe_is_the_same_in_c_and_python() -> None:
+    """RuleCache (the reference) and snapshot_check agree where each rule is: ids that
+    share their home slot, a cache emptied when full, a rule put twice."""
+    fn = _compiled_check()
+    n = 3000
+    matcher = SnapshotMatcher.from_rules(
+        [parse_rule(f"h{i}.example/a", BLOCK, "c0", "x", i + 1) for i in range(n)]
+    )
+    urls = [f"http://h{i}.example/a" for i in range(n)]
+    assert [matcher.rule(i).host for i in range(n)] == [f"h{i}.example" for i in range(n)]
+
+    def check(cache: RuleCache) -> tuple[list[Verdict], list[tuple[int, int, str]]]:
+        verdicts, missing_at, left = fn(
+            matcher._view, matcher._layout, urls, None, cache.ids, cache.rules, Verdict, "none", 1
+        )
+        assert left == []
+        return verdicts, missing_at
+
+    full = RuleCache(limit=n, bits=12)  # 4,096 slots: some ids share their home slot
+    homes = {full.slot(i) for i in range(n)}  # (an empty cache: each id's home slot)
+    assert len(homes) < n  # some ids share their home slot: probed past it
+    for i in range(n):
+        full.put(i, matcher._rule_py(i))
+    full.put(5, matcher._rule_py(5))  # twice: still one slot
+    assert len(full) == n
+    verdicts, missing_at = check(full)
+    assert missing_at == []
+    assert all(v.rule is full.get(i) and v.blocked for i, v in enumerate(verdicts))
+
+    small = RuleCache(limit=30, bits=6)
+    for i in range(40):
+        small.put(i, matcher._rule_py(i))
+    assert len(small) == 10  # emptied when the 31st came
+    verdicts, missing_at = check(small)
+    assert [at for at, _, _ in missing_at] == [*range(30), *range(40, n)]
+    assert all((rule_id, form) == (at, urls[at]) for at, rule_id, form in missing_at)
+    assert all(verdicts[at] is None for at, _, _ in missing_at)
+    assert [verdicts[i].rule for i in range(30, 40)] == [small.get(i) for i in range(30, 40)]
+    with pytest.raises(ValueError):
+        small.put(-1, matcher._rule_py(0))
+    with pytest.raises(ValueError):
+        RuleCache(limit=64, bits=6)  # no empty slot would be left to end a probe
+
+
+def test_compiled_check_refuses_misuse() -> None:
+    fn = _compiled_check()
+    matcher = SnapshotMatcher.from_rules([parse_rule("evil.com", BLOCK, "c")])
+    cache = matcher._rule_cache
+    view, layout = matcher._view, matcher._layout
+    ok = fn(
+        view,
+        layout,
+        ["http://evil.com/", "x.org"],
+        None,
+        cache.ids,
+        cache.rules,
+        Verdict,
+        "none",
+        1,
+    )
+    assert ok == ([None, Verdict("none", None, "http://x.org/")], [(0, 0, "http://evil.com/")], [])
+    cache.put(0, matcher._rule_py(0))
+    (hit, _), _, _ = fn(
+        view, layout, ["evil.com", "x.org"], None, cache.ids, cache.rules, Verdict, "none", 1
+    )
+    assert hit == Verdict("block", matcher.rule(0), "http://evil.com/")
+    assert not gc.is_tracked(hit)  # it can be in no cycle: left to refcounts alone
+    tiny = array("q", [-1, -1, -1])
+    for args, error in [
+        (
+            (view, layout, ("evil.com",), None, cache.ids, cache.rules, Verdict, "none", 1),
+            TypeError,
+        ),
+        (
+            (view, layout, ["evil.com"], None, cache.ids, tuple(cache.rules), Verdict, "none", 1),
+            TypeError,
+        ),
+        ((view, layout, ["evil.com"], None, cache.ids, cache.rules, dict, "none", 1), TypeError),
+        (
+            (view, layout, ["evil.com"], None, cache.ids, cache.rules, Verdict, "none", "1"),
+            TypeError,
+        ),
+        (
+            (view, layout, ["evil.com"], None, cache.ids, cache.rules, Verdict, "none", 99),
+            TypeError,
+        ),
+        ((view, layout, ["evil.com"], None, tiny, [None] * 3, Verdict, "none", 1), ValueError),
+        (
+            (view, layout, ["evil.com"], None, cache.ids, cache.rules[:-2], Verdict, "none", 1),
+            ValueError,
+        ),
+        (
+            (view, layout[:-1], ["evil.com"], None, cache.ids, cache.rules, Verdict, "none", 1),
+            TypeError,
+        ),
+        ((view, layout, ["evil.com"], None, cache.ids, cache.rules, Verdict, "none"), TypeError),
     ]:
-        with pytest.raises(TypeError):
+        with pytest.raises(error):
             fn(*args)
-    with pytest.raises(TypeError):
-        fn([0], ["a"], {}, Verdict, "none")
+    # A cached object that is not a rule is refused, not read.
+    cache.rules[cache.slot(0)] = "not a rule"  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="cached rule"):
+        fn(view, layout, ["evil.com"], None, cache.ids, cache.rules, Verdict, "none", 1)
     # A verdict holding a mutable object stays tracked (it could be in a cycle).
-    (odd,), _ = fn([0], [["a list"]], {0: rule}, Verdict, "none", 1)
+    cache.rules[cache.slot(0)] = ("evil.com", ["a list"])  # type: ignore[call-overload]
+    (odd,), _, _ = fn(view, layout, ["evil.com"], None, cache.ids, cache.rules, Verdict, "none", 1)
     assert gc.is_tracked(odd)
 
 
 def test_the_collector_is_left_as_it_was_found() -> None:
-    """snapshot_verdicts holds collections off while it makes a batch's verdicts: after a
+    """snapshot_check holds collections off while it makes a batch's verdicts: after a
     call, a failed one too, the collector is on if it was on, and off if it was off."""
-    fn = getattr(speedups, "snapshot_verdicts", None)
-    if fn is None:
-        missing("urlsieve._speedups was not built: no compiled verdicts")
-    rule = parse_rule("evil.com", BLOCK, "c")
+    fn = _compiled_check()
+    matcher = SnapshotMatcher.from_rules([parse_rule("evil.com", BLOCK, "c")])
+    cache = matcher._rule_cache
+    cache.put(0, matcher._rule_py(0))
+    broken = RuleCache()
+    broken.put(0, matcher._rule_py(0))
+    broken.rules[broken.slot(0)] = "not a rule"  # type: ignore[call-overload]
     calls = [
-        ([0, -1] * 2000, ["a", "b"] * 2000, {0: rule}),
-        ([-1, InvalidURL("empty host", "x")], ["a", "b"], {}),  # raises in the loop
-        ([-1, "0"], ["a", "b"], {}),  # refused in the loop
+        (["evil.com", "x.org"] * 2000, cache),
+        (["x.org", "evil.com"], broken),  # refused in the loop
     ]
     was = gc.isenabled()
     try:
         for enabled in (True, False):
             (gc.enable if enabled else gc.disable)()
-            for ids, forms, rules in calls:
-                with contextlib.suppress(InvalidURL, TypeError):
-                    fn(ids, forms, rules, Verdict, "none", 1)
+            for urls, rules in calls:
+                with contextlib.suppress(TypeError):
+                    fn(
+                        matcher._view,
+                        matcher._layout,
+                        urls,
+                        None,
+                        rules.ids,
+                        rules.rules,
+                        Verdict,
+                        "none",
+                        1,
+                    )
                 assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
@@ -572,10 +685,21 @@ def test_rules_read_in_c_equal_the_python_reader(patterns: list[str], seed: int)
         # untracked (no field can hold a cycle): its verdicts are untracked without a
         # look at its fields, and such a verdict can still be let go by refcount alone
         assert not gc.is_tracked(rule)
-        (verdict,), _ = speedups.snapshot_verdicts(  # type: ignore[union-attr]
-            [rule_id], ["http://x.example/"], {rule_id: rule}, Verdict, "none", 1
+        cache = RuleCache()
+        cache.put(rule_id, rule)
+        (verdict, *_), _, _ = speedups.snapshot_check(  # type: ignore[union-attr]
+            matcher._view,
+            matcher._layout,
+            [f"http://{rule.host}{rule.path}"],
+            None,
+            cache.ids,
+            cache.rules,
+            Verdict,
+            "none",
+            1,
         )
-        assert not gc.is_tracked(verdict) and verdict.rule is rule
+        if verdict is not None and verdict.rule is rule:  # (a more specific rule may decide)
+            assert not gc.is_tracked(verdict)
     assert [matcher.rule(i) for i in ids] == [matcher._rule_py(i) for i in ids]
 
 

@@ -169,17 +169,74 @@ _hash = xxhash.xxh3_64_intdigest
 # The compiled batch lookup and list reader (absent when the extension was built
 # without xxhash.h), and the table layout.
 _match = getattr(speedups, "snapshot_match", None)
-# check_many's verdict list (reference: its Python loop).
-_verdicts = getattr(speedups, "snapshot_verdicts", None)
+# check_many in one call: the lookups and the verdicts (reference: its Python loop).
+_check = getattr(speedups, "snapshot_check", None)
 _ACTION_AT = Rule._fields.index("action")
 # Rule objects read from the image (reference: SnapshotMatcher.rule's Python body).
 _rules = getattr(speedups, "snapshot_rules", None)
 #: Rules kept built per process (a hit builds its rule once; the cache is emptied when full).
 _RULE_CACHE = 1 << 16
+_CACHE_BITS = 17  # the cache's slots: twice as many as it holds rules
+_GOLDEN = 0x9E3779B97F4A7C15  # the slot hash: the id times this, mod 2**64, top bits
 _compile_lines = getattr(speedups, "compile_lines", None)
 _table_place = getattr(speedups, "table_place", None)
 #: Lines read per call of the compiled list reader (a progress report each).
 _TEXT_CHUNK = 1 << 16
+
+
+class RuleCache:
+    """Rules built from the image, kept per process: an open-addressed table of rule ids
+    (``ids``: int64, -1 for an empty slot; linear probing from the id's multiplicative
+    hash) beside the list of their rules, 2**bits slots. The compiled ``check_many`` reads
+    it as it is (``snapshot_check``, whose probe is the same as :meth:`slot`'s), with no
+    int object or dict lookup per URL. At most ``limit`` rules (fewer than the slots): it
+    is emptied when full."""
+
+    __slots__ = ("_bits", "_count", "_limit", "ids", "rules")
+
+    def __init__(self, limit: int = _RULE_CACHE, bits: int = _CACHE_BITS) -> None:
+        if not 0 < limit < 1 << bits or bits > 40:
+            raise ValueError(f"a cache of {limit} rules takes more than 2**{bits} slots")
+        self._limit, self._bits = limit, bits
+        self.clear()
+
+    def clear(self) -> None:
+        self.ids = array("q", [-1]) * (1 << self._bits)
+        self.rules: list[Rule | None] = [None] * (1 << self._bits)
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def slot(self, rule_id: int) -> int:
+        """Where ``rule_id`` is, or the empty slot where it would go."""
+        mask = (1 << self._bits) - 1
+        at = (rule_id * _GOLDEN & 0xFFFF_FFFF_FFFF_FFFF) >> (64 - self._bits)
+        ids = self.ids
+        for _ in range(mask + 1):  # (bounded as the C probe is; a slot is always empty)
+            if ids[at] == rule_id or ids[at] == -1:
+                break
+            at = (at + 1) & mask
+        return at
+
+    def __contains__(self, rule_id: int) -> bool:
+        return self.ids[self.slot(rule_id)] == rule_id
+
+    def get(self, rule_id: int) -> Rule | None:
+        at = self.slot(rule_id)
+        return self.rules[at] if self.ids[at] == rule_id else None
+
+    def put(self, rule_id: int, rule: Rule) -> None:
+        if not 0 <= rule_id < 1 << 63:
+            raise ValueError(f"rule id {rule_id} out of range")
+        at = self.slot(rule_id)
+        if self.ids[at] != rule_id:
+            if self._count >= self._limit:
+                self.clear()
+                at = self.slot(rule_id)
+            self.ids[at] = rule_id
+            self._count += 1
+        self.rules[at] = rule
 
 
 def _h(data: bytes) -> int:
@@ -1033,7 +1090,7 @@ class SnapshotMatcher:
             {str(k): str(v) for k, v in aliases.items()} if isinstance(aliases, dict) else {}
         )
         self._masks: dict[frozenset[str], bytes] = {}
-        self._rule_cache: dict[int, Rule] = {}
+        self._rule_cache = RuleCache()
         self._names: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         # What the compiled batch path needs to find each section (checked again in C).
         self._layout = (
@@ -1192,12 +1249,10 @@ class SnapshotMatcher:
         built: list[Rule | None] = _rules(
             self._view, self._layout, ids, names[0], names[1], Rule, ALLOW, BLOCK
         )
-        cache = self._rule_cache
+        put = self._rule_cache.put
         for rule_id, rule in zip(ids, built, strict=True):
             if rule is not None:
-                if len(cache) >= _RULE_CACHE:
-                    cache.clear()
-                cache[rule_id] = rule
+                put(rule_id, rule)
 
     def _rule_py(self, rule_id: int) -> Rule:
         """:meth:`rule` in Python: the reference of ``snapshot_rules``."""
@@ -1241,9 +1296,7 @@ class SnapshotMatcher:
                 rank_of(len(host), path_len, anchored, exact_host, allow),
             ),
         )
-        if len(self._rule_cache) >= _RULE_CACHE:
-            self._rule_cache.clear()
-        self._rule_cache[rule_id] = rule
+        self._rule_cache.put(rule_id, rule)
         return rule
 
     def provenance(self, rule_id: int) -> tuple[str, str, str | None, int | None]:
@@ -1469,25 +1522,19 @@ class SnapshotMatcher:
     ) -> list[Verdict]:
         """Verdicts in order; an invalid URL raises :class:`InvalidURL`, as in :meth:`check`.
 
-        The batch path (:meth:`_ids`), then one pass building the verdicts (a rule object
-        per distinct deciding rule, from the cache).
+        Compiled: :meth:`_check_compiled`. This method's Python body is its reference: the
+        batch path (:meth:`_ids`), then one pass building the verdicts (a rule object per
+        distinct deciding rule, from the cache).
         """
         batch = urls if isinstance(urls, list) else list(urls)
-        forms: list[str | None] = [None] * len(batch)
-        ids = self._ids(batch, self.category_mask(categories), forms)
+        mask = self.category_mask(categories)
+        if _check is not None:
+            return self._check_compiled(batch, mask)
         cache = self._rule_cache
         rule_of = self.rule
         make = tuple.__new__
-        if _verdicts is not None:  # compiled: the loop below is its reference
-            found: tuple[list[Verdict], list[int]] = _verdicts(
-                ids, forms, cache, Verdict, NONE, _ACTION_AT
-            )
-            verdicts, missing = found
-            self._cache_rules([ids[at] for at in missing])  # type: ignore[misc]
-            for at in missing:  # rules not in the cache yet: built once each
-                rule = rule_of(ids[at])  # type: ignore[arg-type]
-                verdicts[at] = make(Verdict, (rule.action, rule, forms[at]))
-            return verdicts
+        forms: list[str | None] = [None] * len(batch)
+        ids = self._ids(batch, mask, forms)
         out: list[Verdict] = []
         append = out.append
         for rule_id, canonical in zip(ids, forms, strict=True):
@@ -1499,6 +1546,32 @@ class SnapshotMatcher:
                 rule = cache.get(rule_id) or rule_of(rule_id)
                 append(make(Verdict, (rule.action, rule, canonical)))
         return out
+
+    def _check_compiled(self, batch: list[str | URL], mask: bytes | None) -> list[Verdict]:
+        """check_many in one compiled call, the lookups and the verdicts, which leaves the
+        rules not cached yet and the URLs off the fast path (or not a str) to this method."""
+        assert _check is not None
+        cache = self._rule_cache
+        found: tuple[list[Verdict], list[tuple[int, int, str]], list[int]] = _check(
+            self._view, self._layout, batch, mask, cache.ids, cache.rules, Verdict, NONE, _ACTION_AT
+        )
+        verdicts, missing, left = found
+        make = tuple.__new__
+        if missing:  # rules not in the cache yet: built once each
+            self._cache_rules([rule_id for _, rule_id, _ in missing])
+            rule_of = self.rule
+            for at, rule_id, canonical in missing:
+                rule = cache.get(rule_id) or rule_of(rule_id)
+                verdicts[at] = make(Verdict, (rule.action, rule, canonical))
+        for at in left:  # off the fast path: parsed here (the first invalid URL raises)
+            url: str | URL = batch[at]
+            parts = url if isinstance(url, URL) else parse_url(url)
+            best = self._best(parts, None, mask)
+            decided = None if best < 0 else self.rule(best)
+            verdicts[at] = make(
+                Verdict, (NONE if decided is None else decided.action, decided, parts.canonical)
+            )
+        return verdicts
 
     def explain(self, url: str | URL, categories: Collection[str] | None = None) -> Explanation:
         parts = url if isinstance(url, URL) else parse_url(url)
