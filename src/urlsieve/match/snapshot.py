@@ -1451,16 +1451,17 @@ class SnapshotMatcher:
         self, urls: Sequence[str | bytes | URL], mask: bytes | None
     ) -> list[Rule | InvalidURL | None]:
         """Per URL the deciding rule, ``None`` or its :class:`InvalidURL`."""
-        cache = self._rule_cache
         out: list[Rule | InvalidURL | None] = []
         ids = self._ids(urls, mask, None)
         if _rules is not None:  # the rules not cached yet, built in one call
-            self._cache_rules([i for i in ids if type(i) is int and i >= 0 and i not in cache])
+            get = self._rule_cache.get
+            self._cache_rules([i for i in ids if type(i) is int and i >= 0 and get(i) is None])
+        get = self._rule_cache.get  # (a new dict when that filled the cache)
         for rule_id in ids:
             if isinstance(rule_id, InvalidURL):
                 out.append(rule_id)
             elif rule_id >= 0:
-                out.append(cache.get(rule_id) or self.rule(rule_id))
+                out.append(get(rule_id) or self.rule(rule_id))
             else:
                 out.append(None)
         return out
