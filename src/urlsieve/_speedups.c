@@ -1866,8 +1866,10 @@ match_url(const image *im, const unsigned char *s, Py_ssize_t n, unsigned char *
 static PyObject *
 form_of(PyObject *url, const unsigned char *text, Py_ssize_t len, const spans *sp)
 {
-    return text == PyUnicode_1BYTE_DATA(url) ? canonical_of(url, sp)
-                                             : canonical_text(text, len, sp);
+    /* (an instance of a str subclass is copied: the form is a str, as Python's) */
+    return text == PyUnicode_1BYTE_DATA(url) && PyUnicode_CheckExact(url)
+               ? canonical_of(url, sp)
+               : canonical_text(text, len, sp);
 }
 
 /* What a batch lookup does with URL k's answer: `id` (-1 no rule, -2 off the fast path)
@@ -2891,7 +2893,7 @@ snapshot_check(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (action_at == -1 && PyErr_Occurred()) return NULL;
     Py_buffer img, mask = {0}, ids = {0};
     if (PyObject_GetBuffer(args[0], &img, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[4], &ids, PyBUF_C_CONTIGUOUS) < 0) {
+    if (PyObject_GetBuffer(args[4], &ids, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyBuffer_Release(&img);
         return NULL;
     }
@@ -2903,13 +2905,25 @@ snapshot_check(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *result = NULL;
     verdict_sink to = {.none = args[7], .type = (PyTypeObject *)args[6], .action_at = action_at};
     unsigned char *buf = NULL;
-    int collecting = 0;
+    /* No collection runs from here on: each verdict is untracked at once, yet every
+       allocation counts towards one, which at 10,000s of verdicts a call would scan the
+       young objects once per 700. And with no collection no Python code runs (no
+       finalizer, weakref or gc callback; verdict_put drops no object but its own new
+       ones, and looks nothing up through Python), so the lists' sizes read below hold for
+       the whole call and `urls` is matched as it is, without a copy (a pass over every
+       string): off before the first allocation, which could start a collection. */
+    int collecting = PyGC_Disable();
     uint64_t slots = (uint64_t)PyList_GET_SIZE(rules);
     int bits = 0;
     while (bits < 40 && (UINT64_C(1) << bits) < slots) bits++;
-    if (slots < 2 || (UINT64_C(1) << bits) != slots || (uint64_t)ids.len != 8 * slots) {
+    const char *format = ids.format ? ids.format : "B";
+    int int64s = ids.itemsize == 8 && (strcmp(format, "q") == 0 || strcmp(format, "<q") == 0
+                                       || strcmp(format, "=q") == 0
+                                       || (strcmp(format, "l") == 0 && sizeof(long) == 8));
+    if (slots < 2 || (UINT64_C(1) << bits) != slots || (uint64_t)ids.len != 8 * slots
+        || !int64s || ((uintptr_t)ids.buf & 7) != 0) {
         PyErr_SetString(PyExc_ValueError, "snapshot_check: the cache is a power of two (2 at "
-                                          "least) of int64 ids and as many rules");
+                                          "least) of aligned int64 ids and as many rules");
         goto done;
     }
     to.cache = (rule_cache){.ids = ids.buf, .rules = rules, .slots = slots, .bits = bits};
@@ -2925,17 +2939,11 @@ snapshot_check(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }
-    /* No collection runs while the verdicts are made: each is untracked at once, yet
-       every allocation counts towards one, which at 10,000s of verdicts a call would scan
-       the young objects once per 700. With no collection, nothing in the loop runs Python
-       code (verdict_put's lookups are of int keys, it drops no object but its own new
-       ones), so `urls` is matched as it is, without a copy (a pass over every string). */
-    collecting = PyGC_Disable();
     mask_rows one_mask = {.base = NULL, .row_at = NULL, .stride = 0};
     Py_ssize_t n_left = match_batch(&im, urls, &one_mask, buf, verdict_put, &to);
-    if (collecting) PyGC_Enable();
     if (n_left >= 0) result = PyTuple_Pack(3, to.out, to.missing, to.left);
 done:
+    if (collecting) PyGC_Enable();
     Py_XDECREF(to.out);
     Py_XDECREF(to.missing);
     Py_XDECREF(to.left);
@@ -3389,7 +3397,7 @@ static PyMethodDef methods[] = {
 #ifdef URLSIEVE_XXHASH
     {"snapshot_check", (PyCFunction)(void (*)(void))snapshot_check, METH_FASTCALL,
      "snapshot_check(image, layout, urls, mask, cache_ids, cache_rules, verdict_type, none,\n"
-     "action_at)"
+     "action_at)\n"
      "-> tuple[list, list[tuple[int, int, str]], list[int]]\n\n"
      "check_many's verdicts for a list of URLs in one call, with its rule cache (ids\n"
      "int64, -1 empty, and rules). None where the caller is left to fill:\n"

@@ -437,8 +437,8 @@ def _python_check_many(
         patched.setattr(snapshot_module, "_check", None)
         try:
             return matcher.check_many(urls)
-        except InvalidURL as exc:
-            return exc
+        except (InvalidURL, TypeError) as exc:
+            return exc  # type: ignore[return-value]
 
 
 def _compiled_check() -> Any:
@@ -505,7 +505,7 @@ def test_the_rule_cache_probe_is_the_same_in_c_and_python() -> None:
 
     def check(cache: RuleCache) -> tuple[list[Verdict], list[tuple[int, int, str]]]:
         verdicts, missing_at, left = fn(
-            matcher._view, matcher._layout, urls, None, cache.ids, cache.rules, Verdict, "none", 1
+            matcher._view, matcher._layout, urls, None, *cache.table, Verdict, "none", 1
         )
         assert left == []
         return verdicts, missing_at
@@ -546,58 +546,75 @@ def test_compiled_check_refuses_misuse() -> None:
         layout,
         ["http://evil.com/", "x.org"],
         None,
-        cache.ids,
-        cache.rules,
+        *cache.table,
         Verdict,
         "none",
         1,
     )
     assert ok == ([None, Verdict("none", None, "http://x.org/")], [(0, 0, "http://evil.com/")], [])
     cache.put(0, matcher._rule_py(0))
-    (hit, _), _, _ = fn(
-        view, layout, ["evil.com", "x.org"], None, cache.ids, cache.rules, Verdict, "none", 1
-    )
+    (hit, _), _, _ = fn(view, layout, ["evil.com", "x.org"], None, *cache.table, Verdict, "none", 1)
     assert hit == Verdict("block", matcher.rule(0), "http://evil.com/")
     assert not gc.is_tracked(hit)  # it can be in no cycle: left to refcounts alone
     tiny = array("q", [-1, -1, -1])
     for args, error in [
         (
-            (view, layout, ("evil.com",), None, cache.ids, cache.rules, Verdict, "none", 1),
+            (view, layout, ("evil.com",), None, *cache.table, Verdict, "none", 1),
             TypeError,
         ),
         (
-            (view, layout, ["evil.com"], None, cache.ids, tuple(cache.rules), Verdict, "none", 1),
+            (
+                view,
+                layout,
+                ["evil.com"],
+                None,
+                cache.table[0],
+                tuple(cache.table[1]),
+                Verdict,
+                "none",
+                1,
+            ),
             TypeError,
         ),
-        ((view, layout, ["evil.com"], None, cache.ids, cache.rules, dict, "none", 1), TypeError),
+        ((view, layout, ["evil.com"], None, *cache.table, dict, "none", 1), TypeError),
         (
-            (view, layout, ["evil.com"], None, cache.ids, cache.rules, Verdict, "none", "1"),
+            (view, layout, ["evil.com"], None, *cache.table, Verdict, "none", "1"),
             TypeError,
         ),
         (
-            (view, layout, ["evil.com"], None, cache.ids, cache.rules, Verdict, "none", 99),
+            (view, layout, ["evil.com"], None, *cache.table, Verdict, "none", 99),
             TypeError,
         ),
         ((view, layout, ["evil.com"], None, tiny, [None] * 3, Verdict, "none", 1), ValueError),
         (
-            (view, layout, ["evil.com"], None, cache.ids, cache.rules[:-2], Verdict, "none", 1),
+            (
+                view,
+                layout,
+                ["evil.com"],
+                None,
+                cache.table[0],
+                cache.table[1][:-2],
+                Verdict,
+                "none",
+                1,
+            ),
             ValueError,
         ),
         (
-            (view, layout[:-1], ["evil.com"], None, cache.ids, cache.rules, Verdict, "none", 1),
+            (view, layout[:-1], ["evil.com"], None, *cache.table, Verdict, "none", 1),
             TypeError,
         ),
-        ((view, layout, ["evil.com"], None, cache.ids, cache.rules, Verdict, "none"), TypeError),
+        ((view, layout, ["evil.com"], None, *cache.table, Verdict, "none"), TypeError),
     ]:
         with pytest.raises(error):
             fn(*args)
     # A cached object that is not a rule is refused, not read.
-    cache.rules[cache.slot(0)] = "not a rule"  # type: ignore[call-overload]
+    cache.table[1][cache.slot(0)] = "not a rule"  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="cached rule"):
-        fn(view, layout, ["evil.com"], None, cache.ids, cache.rules, Verdict, "none", 1)
+        fn(view, layout, ["evil.com"], None, *cache.table, Verdict, "none", 1)
     # A verdict holding a mutable object stays tracked (it could be in a cycle).
-    cache.rules[cache.slot(0)] = ("evil.com", ["a list"])  # type: ignore[call-overload]
-    (odd,), _, _ = fn(view, layout, ["evil.com"], None, cache.ids, cache.rules, Verdict, "none", 1)
+    cache.table[1][cache.slot(0)] = ("evil.com", ["a list"])  # type: ignore[call-overload]
+    (odd,), _, _ = fn(view, layout, ["evil.com"], None, *cache.table, Verdict, "none", 1)
     assert gc.is_tracked(odd)
 
 
@@ -610,7 +627,7 @@ def test_the_collector_is_left_as_it_was_found() -> None:
     cache.put(0, matcher._rule_py(0))
     broken = RuleCache()
     broken.put(0, matcher._rule_py(0))
-    broken.rules[broken.slot(0)] = "not a rule"  # type: ignore[call-overload]
+    broken.table[1][broken.slot(0)] = "not a rule"  # type: ignore[call-overload]
     calls = [
         (["evil.com", "x.org"] * 2000, cache),
         (["x.org", "evil.com"], broken),  # refused in the loop
@@ -626,8 +643,7 @@ def test_the_collector_is_left_as_it_was_found() -> None:
                         matcher._layout,
                         urls,
                         None,
-                        rules.ids,
-                        rules.rules,
+                        *rules.table,
                         Verdict,
                         "none",
                         1,
@@ -635,6 +651,93 @@ def test_the_collector_is_left_as_it_was_found() -> None:
                 assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_collection_the_call_could_start_changes_nothing_it_reads() -> None:
+    """snapshot_check reads its lists as they are (no copy): no collection, and so no gc
+    callback, finalizer or thread switch, may run between reading their sizes and the end
+    of the call. A callback that grows or empties the URL list at the first collection
+    (with a threshold that makes the call's first allocation start one) leaves it whole."""
+    _compiled_check()
+    matcher = SnapshotMatcher.from_rules([parse_rule("evil.com", BLOCK, "c")])
+    matcher.check_many(["http://evil.com/"])
+    for change in ("grow", "empty", "cache"):
+        urls = ["http://evil.com/", "x.org", "http://evil.com/a", "y.org"]
+        armed = [True]
+
+        def callback(
+            phase: str,
+            info: dict[str, int],
+            urls: list[str] = urls,
+            change: str = change,
+            armed: list[bool] = armed,
+        ) -> None:
+            if phase == "start" and armed[0]:
+                armed[0] = False
+                if change == "grow":
+                    urls.extend(["x.org"] * 10_000)
+                elif change == "empty":
+                    urls.clear()
+                else:
+                    matcher._rule_cache.table[1].clear()
+
+        crowd = [[] for _ in range(500)]  # (no list from the free list: a new allocation)
+        threshold = gc.get_threshold()
+        gc.callbacks.append(callback)
+        try:
+            gc.set_threshold(1)
+            out = matcher.check_many(urls)
+        finally:
+            gc.set_threshold(*threshold)
+            gc.callbacks.remove(callback)
+        del crowd
+        assert all(type(v) is Verdict for v in out)
+        assert [v.blocked for v in out][:4] == [True, False, True, False]
+
+
+def test_the_cache_ids_must_be_aligned_int64s() -> None:
+    fn = _compiled_check()
+    matcher = SnapshotMatcher.from_rules([parse_rule("evil.com", BLOCK, "c")])
+    ids, rules = matcher._rule_cache.table
+    n = len(rules)
+    unaligned = memoryview(bytearray(8 * n + 1))[1:]
+    for wrong in (bytes(8 * n), array("d", [0.0]) * n, unaligned, np.zeros(n, dtype=np.uint64)):
+        with pytest.raises(ValueError, match="aligned int64"):
+            fn(matcher._view, matcher._layout, ["evil.com"], None, wrong, rules, Verdict, "none", 1)
+    ok = np.full(n, -1, dtype=np.int64)  # a numpy int64 array is as good as array("q")
+    (verdict,), missing_at, _ = fn(
+        matcher._view, matcher._layout, ["evil.com"], None, ok, rules, Verdict, "none", 1
+    )
+    assert verdict is None and missing_at == [(0, 0, "http://evil.com/")]
+    assert ids.itemsize == 8
+
+
+def test_edge_cases_answer_as_the_python_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A str subclass's verdict holds a plain str; an invalid URL before an item that is
+    no URL at all raises what the Python body raises (every item parsed first)."""
+    _compiled_check()
+
+    class Text(str):
+        __slots__ = ()
+
+    matcher = SnapshotMatcher.from_rules([parse_rule("evil.com", BLOCK, "c")])
+    for batch in (
+        [Text("http://evil.com/"), parse_url("x.org")],
+        [Text("http://evil.com/")],
+        ["http://", None],
+        ["http://", 5, "x.org"],
+        [None, "http://"],
+    ):
+        want = _python_check_many(monkeypatch, matcher, batch)
+        try:
+            got: Any = matcher.check_many(batch)
+        except (InvalidURL, TypeError) as exc:
+            got = exc
+        if isinstance(want, Exception) or isinstance(got, Exception):
+            assert type(got) is type(want) and str(got) == str(want)
+            continue
+        assert got == want
+        assert [type(v.canonical) for v in got] == [str] * len(batch)
 
 
 # -- Rule objects read from the image in C (snapshot_rules; reference: _rule_py) ----------
@@ -669,6 +772,7 @@ def test_rules_read_in_c_equal_the_python_reader(patterns: list[str], seed: int)
     rules = rules_from(patterns, seed)
     rules.append(parse_rule("nosource.example/x", ALLOW, "c1"))  # no source, no line
     matcher = SnapshotMatcher.from_rules(rules)
+    one_rule = SnapshotMatcher.from_rules([parse_rule("evil.com", BLOCK, "c")])
     ids = list(range(len(matcher)))
     names = (tuple(matcher._categories), tuple(matcher._sources))
     built = speedups.snapshot_rules(  # type: ignore[union-attr]
@@ -686,20 +790,11 @@ def test_rules_read_in_c_equal_the_python_reader(patterns: list[str], seed: int)
         # look at its fields, and such a verdict can still be let go by refcount alone
         assert not gc.is_tracked(rule)
         cache = RuleCache()
-        cache.put(rule_id, rule)
-        (verdict, *_), _, _ = speedups.snapshot_check(  # type: ignore[union-attr]
-            matcher._view,
-            matcher._layout,
-            [f"http://{rule.host}{rule.path}"],
-            None,
-            cache.ids,
-            cache.rules,
-            Verdict,
-            "none",
-            1,
+        cache.put(0, rule)  # as one_rule's rule 0: the verdict made in C holds it
+        (verdict,), _, _ = speedups.snapshot_check(  # type: ignore[union-attr]
+            one_rule._view, one_rule._layout, ["evil.com"], None, *cache.table, Verdict, "none", 1
         )
-        if verdict is not None and verdict.rule is rule:  # (a more specific rule may decide)
-            assert not gc.is_tracked(verdict)
+        assert verdict.rule is rule and not gc.is_tracked(verdict)
     assert [matcher.rule(i) for i in ids] == [matcher._rule_py(i) for i in ids]
 
 

@@ -67,6 +67,7 @@ import mmap
 import os
 import struct
 import tempfile
+import threading
 import time
 from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -186,23 +187,32 @@ _TEXT_CHUNK = 1 << 16
 
 class RuleCache:
     """Rules built from the image, kept per process: an open-addressed table of rule ids
-    (``ids``: int64, -1 for an empty slot; linear probing from the id's multiplicative
-    hash) beside the list of their rules, 2**bits slots. The compiled ``check_many`` reads
-    it as it is (``snapshot_check``, whose probe is the same as :meth:`slot`'s), with no
-    int object or dict lookup per URL. At most ``limit`` rules (fewer than the slots): it
-    is emptied when full."""
+    (``table[0]``: int64, -1 for an empty slot; linear probing from the id's
+    multiplicative hash) beside the list of their rules (``table[1]``), 2**bits slots.
+    The compiled ``check_many`` reads it as it is (``snapshot_check``, whose probe is the
+    same as :meth:`slot`'s), with no int object or dict lookup per URL. At most ``limit``
+    rules (fewer than the slots): it is emptied when full.
 
-    __slots__ = ("_bits", "_by_id", "_limit", "get", "ids", "rules")
+    Threads: ``table`` is one attribute, replaced whole when the cache is emptied, so a
+    reader takes ids and rules of one table; writers take a lock, and write a slot's rule
+    before its id (a reader between the two finds the slot empty)."""
+
+    __slots__ = ("_bits", "_by_id", "_limit", "_lock", "get", "table")
 
     def __init__(self, limit: int = _RULE_CACHE, bits: int = _CACHE_BITS) -> None:
         if not 0 < limit < 1 << bits or bits > 40:
             raise ValueError(f"a cache of {limit} rules takes more than 2**{bits} slots")
         self._limit, self._bits = limit, bits
+        self._lock = threading.Lock()
         self.clear()
 
     def clear(self) -> None:
-        self.ids = array("q", [-1]) * (1 << self._bits)
-        self.rules: list[Rule | None] = [None] * (1 << self._bits)
+        with self._lock:
+            self._clear()
+
+    def _clear(self) -> None:
+        size = 1 << self._bits
+        self.table: tuple[array[int], list[Rule | None]] = (array("q", [-1]) * size, [None] * size)
         # The same rules by id, for Python's lookups (a dict lookup is a fraction of a
         # probe written in Python); the table is what the compiled reader reads.
         self._by_id: dict[int, Rule] = {}
@@ -211,29 +221,32 @@ class RuleCache:
     def __len__(self) -> int:
         return len(self._by_id)
 
-    def slot(self, rule_id: int) -> int:
-        """Where ``rule_id`` is, or the empty slot where it would go."""
+    def __contains__(self, rule_id: int) -> bool:
+        return rule_id in self._by_id
+
+    def slot(self, rule_id: int, ids: array[int] | None = None) -> int:
+        """Where ``rule_id`` is in ``ids`` (the table's by default), or the empty slot where
+        it would go."""
+        ids = self.table[0] if ids is None else ids
         mask = (1 << self._bits) - 1
         at = (rule_id * _GOLDEN & 0xFFFF_FFFF_FFFF_FFFF) >> (64 - self._bits)
-        ids = self.ids
         for _ in range(mask + 1):  # (bounded as the C probe is; a slot is always empty)
             if ids[at] == rule_id or ids[at] == -1:
                 break
             at = (at + 1) & mask
         return at
 
-    def __contains__(self, rule_id: int) -> bool:
-        return rule_id in self._by_id
-
     def put(self, rule_id: int, rule: Rule) -> None:
         if not 0 <= rule_id < 1 << 63:
             raise ValueError(f"rule id {rule_id} out of range")
-        if rule_id not in self._by_id and len(self._by_id) >= self._limit:
-            self.clear()
-        at = self.slot(rule_id)
-        self.ids[at] = rule_id
-        self.rules[at] = rule
-        self._by_id[rule_id] = rule
+        with self._lock:
+            if rule_id not in self._by_id and len(self._by_id) >= self._limit:
+                self._clear()
+            ids, rules = self.table
+            at = self.slot(rule_id, ids)
+            rules[at] = rule  # the rule first: see the class doc
+            ids[at] = rule_id
+            self._by_id[rule_id] = rule
 
 
 def _h(data: bytes) -> int:
@@ -1550,8 +1563,9 @@ class SnapshotMatcher:
         rules not cached yet and the URLs off the fast path (or not a str) to this method."""
         assert _check is not None
         cache = self._rule_cache
+        ids, rules = cache.table  # (one attribute: the ids and rules of one table)
         found: tuple[list[Verdict], list[tuple[int, int, str]], list[int]] = _check(
-            self._view, self._layout, batch, mask, cache.ids, cache.rules, Verdict, NONE, _ACTION_AT
+            self._view, self._layout, batch, mask, ids, rules, Verdict, NONE, _ACTION_AT
         )
         verdicts, missing, left = found
         make = tuple.__new__
@@ -1561,14 +1575,23 @@ class SnapshotMatcher:
             for at, rule_id, canonical in missing:
                 rule = cache.get(rule_id) or rule_of(rule_id)
                 verdicts[at] = make(Verdict, (rule.action, rule, canonical))
-        for at in left:  # off the fast path: parsed here (the first invalid URL raises)
+        invalid: InvalidURL | None = None
+        for at in left:  # off the fast path: parsed here
             url: str | URL = batch[at]
-            parts = url if isinstance(url, URL) else parse_url(url)
+            try:
+                parts = url if isinstance(url, URL) else parse_url(url)
+            except InvalidURL as exc:
+                # as the reference: every URL parsed (another error raises at once), then
+                # the first invalid one raises
+                invalid = invalid or exc
+                continue
             best = self._best(parts, None, mask)
             decided = None if best < 0 else self.rule(best)
             verdicts[at] = make(
                 Verdict, (NONE if decided is None else decided.action, decided, parts.canonical)
             )
+        if invalid is not None:
+            raise invalid
         return verdicts
 
     def explain(self, url: str | URL, categories: Collection[str] | None = None) -> Explanation:
