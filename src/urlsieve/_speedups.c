@@ -1966,16 +1966,16 @@ match_batch(image *im, PyObject *refs, const mask_rows *rows, unsigned char *buf
     return left;
 }
 
-/* A copy of `urls` (a list) when every item is a str, else NULL with a TypeError naming
-   `fn` and the first that is not. */
+/* A copy of snapshot_match's `urls` (a list) when every item is a str, else NULL with a
+   TypeError naming the first that is not. */
 static PyObject *
-held_strings(PyObject *urls, const char *fn)
+held_strings(PyObject *urls)
 {
     PyObject *refs = PyList_GetSlice(urls, 0, PyList_GET_SIZE(urls));
     if (refs == NULL) return NULL;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(refs); k++) {
         if (!PyUnicode_Check(PyList_GET_ITEM(refs, k))) {
-            PyErr_Format(PyExc_TypeError, "%s: urls[%zd] is %.100s, not str", fn, k,
+            PyErr_Format(PyExc_TypeError, "snapshot_match: urls[%zd] is %.100s, not str", k,
                          Py_TYPE(PyList_GET_ITEM(refs, k))->tp_name);
             Py_DECREF(refs);
             return NULL;
@@ -2094,7 +2094,7 @@ snapshot_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     /* The strings, held: Python code run below (dropping an old item of `canonical`)
        cannot change what a URL whose host slots were asked for ahead is. */
-    refs = held_strings(urls, "snapshot_match");
+    refs = held_strings(urls);
     if (refs == NULL) goto done;
     mask_rows per_url = {.base = mask.obj ? mask.buf : NULL, .row_at = row_at, .stride = stride};
     ids_sink sink = {.ids = out.buf, .canon = canon};
@@ -2780,16 +2780,16 @@ make_verdict(PyTypeObject *type, PyObject *action, PyObject *rule, PyObject *for
     return verdict;
 }
 
-/* Whether `type` can be a verdict type: a tuple type without fields of its own (a named
-   tuple); 0 with a TypeError naming `fn` when not. */
+/* Whether `type` can be snapshot_check's verdict type: a tuple type without fields of its
+   own (a named tuple); 0 with a TypeError when not. */
 static int
-verdict_type_ok(PyObject *type, const char *fn)
+verdict_type_ok(PyObject *type)
 {
     if (PyType_Check(type) && PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)
         && ((PyTypeObject *)type)->tp_basicsize == PyTuple_Type.tp_basicsize)
         return 1;
-    PyErr_Format(PyExc_TypeError, "%s: verdict_type must be a tuple type without fields of "
-                                  "its own", fn);
+    PyErr_SetString(PyExc_TypeError, "snapshot_check: verdict_type must be a tuple type "
+                                     "without fields of its own");
     return 0;
 }
 
@@ -2888,7 +2888,7 @@ snapshot_check(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "snapshot_check: urls and cache_rules must be lists");
         return NULL;
     }
-    if (!verdict_type_ok(args[6], "snapshot_check")) return NULL;
+    if (!verdict_type_ok(args[6])) return NULL;
     Py_ssize_t action_at = PyLong_AsSsize_t(args[8]);
     if (action_at == -1 && PyErr_Occurred()) return NULL;
     Py_buffer img, mask = {0}, ids = {0};
@@ -3319,7 +3319,7 @@ snapshot_rules(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto fail;
         }
         for (int j = 0; j < 12; j++) PyTuple_SET_ITEM(rule, j, f[j]);
-        if (atomic_items(rule)) PyObject_GC_UnTrack(rule); /* as for a verdict, below */
+        if (atomic_items(rule)) PyObject_GC_UnTrack(rule); /* as make_verdict does */
         PyList_SetItem(out, k, rule); /* drops the None */
     }
     goto done;

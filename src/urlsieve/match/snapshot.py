@@ -221,9 +221,6 @@ class RuleCache:
     def __len__(self) -> int:
         return len(self._by_id)
 
-    def __contains__(self, rule_id: int) -> bool:
-        return rule_id in self._by_id
-
     def slot(self, rule_id: int, ids: array[int] | None = None) -> int:
         """Where ``rule_id`` is in ``ids`` (the table's by default), or the empty slot where
         it would go."""
@@ -1562,8 +1559,7 @@ class SnapshotMatcher:
         """check_many in one compiled call, the lookups and the verdicts, which leaves the
         rules not cached yet and the URLs off the fast path (or not a str) to this method."""
         assert _check is not None
-        cache = self._rule_cache
-        ids, rules = cache.table  # (one attribute: the ids and rules of one table)
+        ids, rules = self._rule_cache.table  # (one attribute: the ids and rules of one table)
         found: tuple[list[Verdict], list[tuple[int, int, str]], list[int]] = _check(
             self._view, self._layout, batch, mask, ids, rules, Verdict, NONE, _ACTION_AT
         )
@@ -1571,9 +1567,8 @@ class SnapshotMatcher:
         make = tuple.__new__
         if missing:  # rules not in the cache yet: built once each
             self._cache_rules([rule_id for _, rule_id, _ in missing])
-            rule_of = self.rule
             for at, rule_id, canonical in missing:
-                rule = cache.get(rule_id) or rule_of(rule_id)
+                rule = self.rule(rule_id)
                 verdicts[at] = make(Verdict, (rule.action, rule, canonical))
         invalid: InvalidURL | None = None
         for at in left:  # off the fast path: parsed here
