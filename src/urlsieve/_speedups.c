@@ -125,7 +125,9 @@ grow_put(growbuf *b, const void *data, size_t len)
     return 0;
 }
 
-enum { HOST = 1, SEG_FIRST = 2, SEG_REST = 4, QUERY = 8 };
+/* HOST: [a-z0-9_.-]; HOST_EXT: the other code points a canonical host may hold (printable
+   ASCII but upper case and WHATWG's forbidden ones, url/host.py's check_host_chars). */
+enum { HOST = 1, HOST_EXT = 2, SEG = 4, QUERY = 8 };
 static unsigned char cls[128];
 static unsigned char quote_safe[256]; /* A-Z a-z 0-9 _ . - ~ */
 
@@ -141,13 +143,11 @@ init_classes(void)
     cls['_'] |= HOST;
     cls['-'] |= HOST;
     cls['.'] |= HOST;
-    /* Path characters: printable ASCII but space # % . / ? \ (the first of a
-       segment); "." is allowed after it. */
+    for (const char *c = "!\"$&'()*+,;=`{}~"; *c; c++) cls[(unsigned char)*c] |= HOST_EXT;
+    /* Path characters: printable ASCII but space # % / ? \ (and no segment is "." or
+       ".."). */
     for (int c = 0x21; c <= 0x7E; c++) {
-        if (c != '#' && c != '%' && c != '/' && c != '?' && c != '\\') {
-            cls[c] |= SEG_REST;
-            if (c != '.') cls[c] |= SEG_FIRST;
-        }
+        if (c != '#' && c != '%' && c != '/' && c != '?' && c != '\\') cls[c] |= SEG;
         if (c != '#' && c != '%') cls[c] |= QUERY;
     }
 }
@@ -204,7 +204,8 @@ is_ipv4(const unsigned char *s, Py_ssize_t n)
     }
 }
 
-/* Is s[0:n] labels of [a-z0-9_-]+ joined by single dots, the last starting with a-z? */
+/* Is s[0:n] (host characters) non-empty labels joined by single dots, the last starting
+   with a-z? */
 static int
 is_hostname(const unsigned char *s, Py_ssize_t n)
 {
@@ -231,21 +232,28 @@ typedef struct {
  * classified 64 at a time into bit masks (bit j: byte j is a host character, a dot, a
  * "/", a "?", a "%", or one a path or a query may not hold), and the grammar is checked
  * on the masks: the host ends at the first non-host byte, a label is empty where dots
- * touch, a segment is empty or starts with "." where "/" is followed by "/" or ".".
+ * touch, a segment is empty where "/" is followed by "/".
  * A per-byte loop mispredicts a branch at every label, segment and token end, and that
- * cost more than all the rest of a fingerprint. Escapes, hosts over 64 bytes and IP
- * addresses are left to the per-byte scan (scan_fast returns -1), which stays the
+ * cost more than all the rest of a fingerprint. Escapes, hosts over 64 bytes, IP
+ * addresses, hosts with a byte of HOST_EXT and segments starting with "." are left to
+ * the per-byte scan (scan_fast returns -1), which stays the
  * definition: the tests hold the two equal through fast_canonical and the _FAST regex.
  */
 #include <emmintrin.h>
 #define SCAN_FAST 1
+#if defined(__x86_64__) && (defined(__clang__) || __GNUC__ >= 8)
+/* The AVX-512BW pass (one masked 64-byte load and a compare per class, no tail copy),
+   chosen at run time where the CPU has it (see scan_level). */
+#include <immintrin.h>
+#define SCAN_AVX512 1
+#endif
 
 typedef struct {
     uint64_t host, dot, slash, query, pct, bad_path, bad_query;
 } url_bits;
 
 /* The masks of p[0:len], len <= 64 (bits from len on are 0). */
-static inline void
+static inline __attribute__((always_inline)) void
 url_bits_of(const unsigned char *p, Py_ssize_t len, url_bits *b)
 {
     memset(b, 0, sizeof(*b));
@@ -291,17 +299,45 @@ below(Py_ssize_t bits) /* the mask of bits 0 .. bits-1, bits <= 64 */
     return bits >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << bits) - 1;
 }
 
+#ifdef SCAN_AVX512
+/* url_bits_of with AVX-512BW: the bytes past len are never read (a masked load). */
+__attribute__((target("avx512f,avx512bw,bmi2"))) static inline void
+url_bits_of_avx512(const unsigned char *p, Py_ssize_t len, url_bits *b)
+{
+    const __mmask64 valid = _bzhi_u64(~(uint64_t)0, (unsigned)len);
+    const __m512i c = _mm512_maskz_loadu_epi8(valid, p);
+#define EQ(ch) _mm512_cmpeq_epi8_mask(c, _mm512_set1_epi8((char)(ch)))
+/* lo <= c <= hi, unsigned: c - lo < hi - lo + 1 */
+#define IN(lo, hi) \
+    _mm512_cmplt_epu8_mask(_mm512_sub_epi8(c, _mm512_set1_epi8((char)(lo))), \
+                           _mm512_set1_epi8((char)((hi) - (lo) + 1)))
+    const uint64_t dot = EQ('.');
+    b->dot = dot;
+    b->slash = EQ('/');
+    b->host = (IN('a', 'z') | IN('0', '9') | EQ('_') | EQ('-') | dot) & valid;
+    b->query = EQ('?');
+    b->pct = EQ('%');
+    b->bad_query = (~IN(0x21, 0x7E) | EQ('#')) & valid;
+    b->bad_path = b->bad_query | EQ('\\');
+#undef IN
+#undef EQ
+}
+#endif
+
 /* scan_canonical from the host on, for p[0:m] (p = s + off): 1 or 0 as it would answer,
-   -1 when the per-byte scan must. */
-static int
-scan_fast(const unsigned char *p, Py_ssize_t m, Py_ssize_t off, int allow_query, spans *sp)
+   -1 when the per-byte scan must. Inlined into one function for each way of making the
+   masks (bits_of, a constant there). */
+static inline __attribute__((always_inline)) int
+scan_fast_with(const unsigned char *p, Py_ssize_t m, Py_ssize_t off, int allow_query,
+               spans *sp, void (*bits_of)(const unsigned char *, Py_ssize_t, url_bits *))
 {
     Py_ssize_t len = m < 64 ? m : 64;
     url_bits b;
-    url_bits_of(p, len, &b);
+    bits_of(p, len, &b);
     const uint64_t not_host = ~b.host & below(len);
     if (not_host == 0 && m > 64) return -1; /* a host over 64 bytes */
     const Py_ssize_t h = not_host ? __builtin_ctzll(not_host) : len;
+    if (h < len && p[h] < 128 && (cls[p[h]] & HOST_EXT)) return -1; /* a host with "!" ... */
     if (h == 0) return 0;
     const uint64_t dots = b.dot & below(h);
     const Py_ssize_t last = dots ? 64 - __builtin_clzll(dots) : 0; /* the last label */
@@ -323,8 +359,9 @@ scan_fast(const unsigned char *p, Py_ssize_t m, Py_ssize_t off, int allow_query,
             const uint64_t q = b.query & rest;
             const uint64_t path = q ? rest & ((q & (~q + 1)) - 1) : rest;
             if (b.bad_path & path) return 0;
-            const uint64_t slash = b.slash & path;
-            if ((((slash << 1) | carry) & (b.slash | b.dot) & path) != 0) return 0;
+            const uint64_t slash = b.slash & path, after = ((slash << 1) | carry) & path;
+            if (after & b.slash) return 0; /* an empty segment */
+            if (after & b.dot) return -1;  /* a segment starting with ".": is it "." or ".."? */
             carry = slash >> 63;
             if (q) {
                 if (!allow_query) return 0;
@@ -339,11 +376,72 @@ scan_fast(const unsigned char *p, Py_ssize_t m, Py_ssize_t off, int allow_query,
         base += 64;
         if (base >= m) return 1;
         len = m - base < 64 ? m - base : 64;
-        url_bits_of(p + base, len, &b);
+        bits_of(p + base, len, &b);
         rest = below(len);
     }
 }
+
+static int
+scan_fast_sse2(const unsigned char *p, Py_ssize_t m, Py_ssize_t off, int allow_query, spans *sp)
+{
+    return scan_fast_with(p, m, off, allow_query, sp, url_bits_of);
+}
+
+#ifdef SCAN_AVX512
+__attribute__((target("avx512f,avx512bw,bmi2"))) static int
+scan_fast_avx512(const unsigned char *p, Py_ssize_t m, Py_ssize_t off, int allow_query,
+                 spans *sp)
+{
+    return scan_fast_with(p, m, off, allow_query, sp, url_bits_of_avx512);
+}
 #endif
+#endif
+
+/* Which scan scan_canonical runs: SCAN_BYTES (the per-byte definition only), SCAN_SSE2,
+   or SCAN_AVX512W (set at import to the widest the CPU has; the tests run each). */
+enum { SCAN_BYTES = 0, SCAN_SSE2 = 1, SCAN_AVX512W = 2 };
+static int scan_level;
+
+static int
+scan_level_best(void)
+{
+#ifdef SCAN_AVX512
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("bmi2")) return SCAN_AVX512W;
+#endif
+#ifdef SCAN_FAST
+    return SCAN_SSE2;
+#else
+    return SCAN_BYTES;
+#endif
+}
+
+static const char *const scan_names[3] = {"bytes", "sse2", "avx512"};
+
+/* scan_mode() -> the scan in use; scan_mode(name) sets it (the tests run every one the
+   CPU has) and returns the one it replaced. */
+static PyObject *
+scan_mode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "scan_mode(name=None) takes at most 1 argument");
+        return NULL;
+    }
+    PyObject *previous = PyUnicode_FromString(scan_names[scan_level]);
+    if (previous == NULL || nargs == 0 || args[0] == Py_None) return previous;
+    const int best = scan_level_best();
+    for (int level = 0; level <= best; level++) {
+        if (PyUnicode_Check(args[0]) && PyUnicode_CompareWithASCIIString(args[0], scan_names[level]) == 0) {
+            scan_level = level;
+            return previous;
+        }
+    }
+    Py_DECREF(previous);
+    PyErr_Format(PyExc_ValueError, "scan_mode: %R is not one of this CPU's scans (%s up to %s)",
+                 args[0], scan_names[0], scan_names[best]);
+    return NULL;
+}
 
 /* 1 when s[0:n] (or "http://" + it) is already canonical, filling *sp; 0 otherwise. */
 static int
@@ -365,12 +463,17 @@ scan_canonical(const unsigned char *s, Py_ssize_t n, int allow_query, spans *sp)
         i = 0;
     }
 #ifdef SCAN_FAST
-    int fast = scan_fast(s + i, n - i, i, allow_query, sp);
+    int fast = -1;
+#ifdef SCAN_AVX512
+    if (scan_level == SCAN_AVX512W) fast = scan_fast_avx512(s + i, n - i, i, allow_query, sp);
+    else
+#endif
+    if (scan_level == SCAN_SSE2) fast = scan_fast_sse2(s + i, n - i, i, allow_query, sp);
     if (fast >= 0) return fast;
 #endif
 
     sp->host_start = i;
-    while (i < n && s[i] < 128 && (cls[s[i]] & HOST)) i++;
+    while (i < n && s[i] < 128 && (cls[s[i]] & (HOST | HOST_EXT))) i++;
     sp->host_end = i;
     if (sp->host_end == sp->host_start) return 0;
     sp->is_ip = is_ipv4(s + sp->host_start, sp->host_end - sp->host_start);
@@ -381,15 +484,16 @@ scan_canonical(const unsigned char *s, Py_ssize_t n, int allow_query, spans *sp)
         sp->has_path = 1;
         i++;
         while (i < n && s[i] != '?') {
-            /* one segment: a first unit, then any number of units */
+            /* one segment: units (a character or an escape), at least one; not "." or ".." */
+            const Py_ssize_t start = i;
             Py_ssize_t e;
-            if (s[i] < 128 && (cls[s[i]] & SEG_FIRST)) i++;
-            else if ((e = esc_len(s, i, n)) != 0) i += e;
-            else return 0;
             while (i < n) {
-                if (s[i] < 128 && (cls[s[i]] & SEG_REST)) i++;
+                if (s[i] < 128 && (cls[s[i]] & SEG)) i++;
                 else if ((e = esc_len(s, i, n)) != 0) i += e;
                 else break;
+            }
+            if (i == start || (s[start] == '.' && (i - start == 1 || (i - start == 2 && s[start + 1] == '.')))) {
+                return 0;
             }
             if (i == n || s[i] == '?') break;
             if (s[i] != '/') return 0;
@@ -659,7 +763,7 @@ rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out,
         for (Py_ssize_t j = p; j < a1; j++) value = value * 10 + (s[j] - '0');
         if (value > 65535) return -1;
     }
-    /* the host: lower-case, dot runs collapsed, edge dots dropped; [a-z0-9_-.] only */
+    /* the host: lower-case, dot runs collapsed, edge dots dropped; host characters only */
     Py_ssize_t host_start = o;
     int last_dot = 1; /* a leading dot is dropped */
     for (Py_ssize_t j = h0; j < h1; j++) {
@@ -669,7 +773,7 @@ rewrite_near_canonical(const unsigned char *s, Py_ssize_t n, unsigned char *out,
             if (last_dot) continue;
             last_dot = 1;
         } else {
-            if (c >= 128 || !(cls[c] & HOST)) return -1;
+            if (c >= 128 || !(cls[c] & (HOST | HOST_EXT))) return -1;
             last_dot = 0;
         }
         out[o++] = c;
@@ -1002,10 +1106,11 @@ get_table_args(const char *name, PyObject *table, PyObject *rows, PyObject *out,
         return -1;
     }
     a->n = a->out.len;
-    if (a->table.len == 0 || a->table.len % 64 || a->rows.len != a->n * row_words * 8) {
+    if (a->table.len == 0 || a->table.len % 64 || a->rows.len != a->n * row_words * 8
+        || ((uintptr_t)a->table.buf & 7) != 0 || ((uintptr_t)a->rows.buf & 7) != 0) {
         PyErr_Format(PyExc_ValueError,
                      "%s: the table must be whole 64-byte lines (at least one), the rows %zd "
-                     "uint64 each and out one bool a row",
+                     "uint64 each (both aligned to 8 bytes) and out one bool a row",
                      name, row_words);
         release_table_args(a);
         return -1;
@@ -1030,6 +1135,17 @@ bloom_masks(uint64_t h1, uint64_t h2, int t, uint64_t m[8])
     }
 }
 
+/* Is every bit of the row (h1, h2) set in its block? */
+static inline int
+bloom_covers(const uint64_t *bits, uint64_t blocks, int t, uint64_t h1, uint64_t h2)
+{
+    uint64_t m[8], missing = 0;
+    bloom_masks(h1, h2, t, m);
+    const uint64_t *row = bits + 8 * bloom_block(h1, blocks);
+    for (int w = 0; w < 8; w++) missing |= m[w] & ~row[w];
+    return missing == 0;
+}
+
 /* out[i] = every bit of row i is set in its block (no writes). */
 static void
 bloom_cover(const uint64_t *bits, uint64_t blocks, int t, const uint64_t *h, Py_ssize_t n,
@@ -1039,11 +1155,53 @@ bloom_cover(const uint64_t *bits, uint64_t blocks, int t, const uint64_t *h, Py_
         if (i + TABLE_AHEAD < n) {
             PREFETCH_READ(bits + 8 * bloom_block(h[2 * (i + TABLE_AHEAD)], blocks));
         }
-        uint64_t m[8], missing = 0;
+        out[i] = (unsigned char)bloom_covers(bits, blocks, t, h[2 * i], h[2 * i + 1]);
+    }
+}
+
+/* Of the `fresh` rows out marks, only the first of identical fingerprints stays marked.
+   How many stay, or -1 when out of memory (no exception set: it runs without the GIL). */
+static Py_ssize_t
+bloom_first_only(const uint64_t *h, unsigned char *out, Py_ssize_t n, Py_ssize_t fresh)
+{
+    if (fresh < 2) return fresh;
+    size_t size = 4;
+    while (size < 2 * (size_t)fresh) size <<= 1;
+    Py_ssize_t *slots = PyMem_RawMalloc(size * sizeof(Py_ssize_t));
+    if (slots == NULL) return -1;
+    for (size_t j = 0; j < size; j++) slots[j] = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!out[i]) continue;
+        size_t j = (size_t)(h[2 * i + 1] ^ (h[2 * i] >> 17)) & (size - 1);
+        while (slots[j] >= 0) {
+            Py_ssize_t k = slots[j];
+            if (h[2 * k] == h[2 * i] && h[2 * k + 1] == h[2 * i + 1]) {
+                out[i] = 0;
+                fresh--;
+                break;
+            }
+            j = (j + 1) & (size - 1);
+        }
+        if (out[i]) slots[j] = i;
+    }
+    PyMem_RawFree(slots);
+    return fresh;
+}
+
+/* Set the bits of the rows out marks. */
+static void
+bloom_set(uint64_t *bits, uint64_t blocks, int t, const uint64_t *h, const unsigned char *out,
+          Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + TABLE_AHEAD < n && out[i + TABLE_AHEAD]) {
+            PREFETCH_WRITE(bits + 8 * bloom_block(h[2 * (i + TABLE_AHEAD)], blocks));
+        }
+        if (!out[i]) continue;
+        uint64_t m[8];
         bloom_masks(h[2 * i], h[2 * i + 1], t, m);
-        const uint64_t *row = bits + 8 * bloom_block(h[2 * i], blocks);
-        for (int w = 0; w < 8; w++) missing |= m[w] & ~row[w];
-        out[i] = missing == 0;
+        uint64_t *row = bits + 8 * bloom_block(h[2 * i], blocks);
+        for (int w = 0; w < 8; w++) row[w] |= m[w];
     }
 }
 
@@ -1079,80 +1237,72 @@ bloom_test(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* The layer's count word (a one-uint64 buffer, writable) into a->count. */
+static int
+get_count(const char *name, PyObject *count, table_args *a)
+{
+    if (PyObject_GetBuffer(count, &a->count, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0
+        || a->count.len != 8 || ((uintptr_t)a->count.buf & 7) != 0) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s: count is one uint64", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* The insert of rows out marks as fresh: only the first of identical fingerprints stays
+   fresh, the count is raised by those, then their bits are set (the count first). */
+static Py_ssize_t
+bloom_commit(table_args *a, int t, Py_ssize_t fresh)
+{
+    uint64_t *bits = a->table.buf;
+    const uint64_t *h = a->rows.buf;
+    unsigned char *out = a->out.buf;
+    fresh = bloom_first_only(h, out, a->n, fresh);
+    if (fresh < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *(uint64_t *)a->count.buf += (uint64_t)fresh;
+    Py_BEGIN_ALLOW_THREADS
+    bloom_set(bits, (uint64_t)(a->table.len / 64), t, h, out, a->n);
+    Py_END_ALLOW_THREADS
+    return fresh;
+}
+
 static PyObject *
 bloom_insert(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 5) {
+    if (nargs != 5 && nargs != 6) {
         PyErr_SetString(PyExc_TypeError,
-                        "bloom_insert(bits, t, h, out, count) takes 5 arguments");
+                        "bloom_insert(bits, t, h, out, count, tested=False) takes 5 or 6 "
+                        "arguments");
         return NULL;
     }
     int t = bloom_t(args[1]);
+    int tested = nargs == 6 ? PyObject_IsTrue(args[5]) : 0;
     table_args a;
-    if (t < 0 || get_table_args("bloom_insert", args[0], args[2], args[3], 1, 2, &a) < 0) {
+    if (t < 0 || tested < 0
+        || get_table_args("bloom_insert", args[0], args[2], args[3], 1, 2, &a) < 0) {
         return NULL;
     }
-    if (PyObject_GetBuffer(args[4], &a.count, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0
-        || a.count.len != 8) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_ValueError, "bloom_insert: count is one uint64");
-        }
+    if (get_count("bloom_insert", args[4], &a) < 0) {
         release_table_args(&a);
         return NULL;
     }
-    uint64_t *bits = a.table.buf;
-    const uint64_t blocks = (uint64_t)(a.table.len / 64);
-    const uint64_t *h = a.rows.buf;
     unsigned char *out = a.out.buf;
-    const Py_ssize_t n = a.n;
     Py_ssize_t fresh = 0;
     Py_BEGIN_ALLOW_THREADS
-    bloom_cover(bits, blocks, t, h, n, out);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        out[i] = !out[i];
+    if (!tested) bloom_cover(a.table.buf, (uint64_t)(a.table.len / 64), t, a.rows.buf, a.n, out);
+    for (Py_ssize_t i = 0; i < a.n; i++) {
+        if (!tested) out[i] = !out[i];
+        out[i] = out[i] != 0;
         fresh += out[i];
     }
     Py_END_ALLOW_THREADS
-    if (fresh > 1) {
-        /* The same fingerprint twice among the fresh: only the first is new. */
-        size_t size = 4;
-        while (size < 2 * (size_t)fresh) size <<= 1;
-        Py_ssize_t *slots = PyMem_Malloc(size * sizeof(Py_ssize_t));
-        if (slots == NULL) {
-            release_table_args(&a);
-            return PyErr_NoMemory();
-        }
-        for (size_t j = 0; j < size; j++) slots[j] = -1;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (!out[i]) continue;
-            size_t j = (size_t)(h[2 * i + 1] ^ (h[2 * i] >> 17)) & (size - 1);
-            while (slots[j] >= 0) {
-                Py_ssize_t k = slots[j];
-                if (h[2 * k] == h[2 * i] && h[2 * k + 1] == h[2 * i + 1]) {
-                    out[i] = 0;
-                    fresh--;
-                    break;
-                }
-                j = (j + 1) & (size - 1);
-            }
-            if (out[i]) slots[j] = i;
-        }
-        PyMem_Free(slots);
-    }
-    *(uint64_t *)a.count.buf += (uint64_t)fresh;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + TABLE_AHEAD < n && out[i + TABLE_AHEAD]) {
-            PREFETCH_WRITE(bits + 8 * bloom_block(h[2 * (i + TABLE_AHEAD)], blocks));
-        }
-        if (!out[i]) continue;
-        uint64_t m[8];
-        bloom_masks(h[2 * i], h[2 * i + 1], t, m);
-        uint64_t *row = bits + 8 * bloom_block(h[2 * i], blocks);
-        for (int w = 0; w < 8; w++) row[w] |= m[w];
-    }
+    fresh = bloom_commit(&a, t, fresh);
     release_table_args(&a);
-    return PyLong_FromSsize_t(fresh);
+    return fresh < 0 ? NULL : PyLong_FromSsize_t(fresh);
 }
 
 static inline uint64_t
@@ -2566,11 +2716,155 @@ done:
 /* ---------------------------------------------------------------------------------------
  * The seen stores' batch fingerprints (urlsieve/fingerprint.py; the reference is
  * xxhash over canonicalize(url).encode("ascii"), which the tests hold this equal to).
- * For each URL on the canonical fast path: xxh3-64 of its canonical form into out[k]
- * (bits 64), or xxh3-128 as (high, low) into out[2k], out[2k+1] (bits 128). Returns the
- * positions of the other URLs, which the caller fingerprints in Python. The loop over
- * the URLs' bytes runs without the GIL.
+ *
+ * A list of URLs is fingerprinted in runs of at most HASH_RUN URLs and HASH_RUN_BYTES of
+ * text: a run's text is copied with the GIL (the list is read only then: another thread
+ * may change it between runs), then hashed without it while it is still in cache. URLs
+ * off the canonical fast path are left to the caller, which fingerprints them in Python.
  */
+typedef struct {
+    const char *name; /* the caller, for errors */
+    PyObject *urls;
+    Py_ssize_t n;
+    int allow_query, how; /* how: REWRITE_KEEP_PORT or 0 */
+    const unsigned char **data; /* a URL's copied text; NULL: not a str, or too long */
+    Py_ssize_t *lens;
+    unsigned char *wide;  /* a str beyond ASCII */
+    unsigned char *flags; /* 1: on the fast path, its fingerprint written */
+    unsigned char *buf, *rewritten, *copy;
+} url_runs;
+
+static void
+url_runs_close(url_runs *r)
+{
+    PyMem_Free(r->copy);
+    PyMem_Free(r->wide);
+    PyMem_Free(r->data);
+    PyMem_Free(r->lens);
+    PyMem_Free(r->flags);
+    scratch_give(r->buf);
+}
+
+static int
+url_runs_open(url_runs *r, const char *name, PyObject *urls, PyObject *allow_query,
+              PyObject *keep_port)
+{
+    memset(r, 0, sizeof(*r));
+    r->name = name;
+    if (!PyList_Check(urls)) {
+        PyErr_Format(PyExc_TypeError, "%s: urls must be a list", name);
+        return -1;
+    }
+    int q = PyObject_IsTrue(allow_query), kp = q < 0 ? -1 : PyObject_IsTrue(keep_port);
+    if (q < 0 || kp < 0) return -1;
+    r->urls = urls;
+    r->n = PyList_GET_SIZE(urls);
+    r->allow_query = q;
+    r->how = kp ? REWRITE_KEEP_PORT : 0;
+    const size_t m = (size_t)(r->n ? r->n : 1);
+    r->data = PyMem_Malloc(m * sizeof(*r->data));
+    r->lens = PyMem_Malloc(m * sizeof(*r->lens));
+    r->flags = PyMem_Malloc(m);
+    r->wide = PyMem_Malloc(m);
+    r->buf = scratch_take();
+    r->rewritten = r->buf == NULL ? NULL : r->buf + MAX_URL + 16;
+    r->copy = PyMem_Malloc(HASH_RUN_BYTES + MAX_URL);
+    if (r->data == NULL || r->lens == NULL || r->flags == NULL || r->wide == NULL
+        || r->buf == NULL || r->copy == NULL) {
+        url_runs_close(r);
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* With the GIL: the text of the run from `run` copied; where it ends, or -1 with an
+   exception when the list shrank. */
+static Py_ssize_t
+url_runs_copy(url_runs *r, Py_ssize_t run)
+{
+    if (PyList_GET_SIZE(r->urls) < r->n) {
+        PyErr_Format(PyExc_RuntimeError, "%s: the list shrank during the call", r->name);
+        return -1;
+    }
+    size_t used = 0;
+    Py_ssize_t end;
+    for (end = run; end < r->n && end - run < HASH_RUN && used < HASH_RUN_BYTES; end++) {
+        PyObject *url = PyList_GET_ITEM(r->urls, end);
+        if (end + PREFETCH < r->n) prefetch_str(PyList_GET_ITEM(r->urls, end + PREFETCH));
+        r->wide[end] = 0;
+        if (PyUnicode_Check(url) && PyUnicode_IS_ASCII(url)
+            && PyUnicode_GET_LENGTH(url) <= MAX_URL) {
+            r->lens[end] = PyUnicode_GET_LENGTH(url);
+            memcpy(r->copy + used, PyUnicode_1BYTE_DATA(url), (size_t)r->lens[end]);
+            r->data[end] = r->copy + used;
+            used += (size_t)r->lens[end];
+        } else if (PyUnicode_Check(url) && PyUnicode_GET_LENGTH(url) <= MAX_URL / 4) {
+            /* the path and the query may hold it: the rewrite escapes those bytes */
+            r->lens[end] = url_bytes(url, r->copy + used);
+            r->data[end] = r->copy + used;
+            used += (size_t)r->lens[end];
+            r->wide[end] = 1;
+        } else {
+            r->data[end] = NULL;
+            r->lens[end] = -1;
+        }
+    }
+    return end;
+}
+
+/* Without the GIL: the fingerprint of URL k into o (one uint64 for bits 64; high, low for
+   128) when it is on the fast path; flags[k] says whether it was. */
+static inline int
+url_runs_hash(url_runs *r, Py_ssize_t k, int bits, uint64_t *o)
+{
+    spans sp;
+    const unsigned char *s;
+    Py_ssize_t len;
+    r->flags[k] = 0;
+    if (r->data[k] == NULL
+        || !scan_or_rewrite(r->data[k], r->lens[k], r->allow_query, r->rewritten, &s, &len, &sp,
+                            (r->wide[k] ? REWRITE_HIGH : 0) | r->how)) {
+        return 0;
+    }
+    const unsigned char *text = s;
+    size_t tlen = (size_t)len;
+    if (!sp.has_scheme || !sp.has_path) { /* the canonical form adds http:// or "/" */
+        tlen = (size_t)write_canonical(r->buf, s, len, &sp);
+        text = r->buf;
+    }
+    if (bits == 64) {
+        o[0] = XXH3_64bits(text, tlen);
+    } else {
+        XXH128_hash_t h = XXH3_128bits(text, tlen);
+        o[0] = h.high64;
+        o[1] = h.low64;
+    }
+    return r->flags[k] = 1;
+}
+
+/* The positions of the URLs off the fast path (a new list). */
+static PyObject *
+url_runs_rest(const url_runs *r)
+{
+    PyObject *result = PyList_New(0);
+    if (result == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < r->n; k++) {
+        if (r->flags[k]) continue;
+        PyObject *at = PyLong_FromSsize_t(k);
+        if (at == NULL || PyList_Append(result, at) < 0) {
+            Py_XDECREF(at);
+            Py_DECREF(result);
+            return NULL;
+        }
+        Py_DECREF(at);
+    }
+    return result;
+}
+
+/* canonical_hashes(urls, allow_query, bits, out, keep_port): for each URL on the canonical
+ * fast path, xxh3-64 of its canonical form into out[k] (bits 64), or xxh3-128 as (high,
+ * low) into out[2k], out[2k+1] (bits 128). Returns the positions of the other URLs. */
 static PyObject *
 canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2580,123 +2874,115 @@ canonical_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                                          "keep_port) takes 5 arguments");
         return NULL;
     }
-    PyObject *urls = args[0];
-    if (!PyList_Check(urls)) {
-        PyErr_SetString(PyExc_TypeError, "canonical_hashes: urls must be a list");
-        return NULL;
-    }
-    int allow_query = PyObject_IsTrue(args[1]);
-    if (allow_query < 0) return NULL;
-    int keep_port = PyObject_IsTrue(args[4]);
-    if (keep_port < 0) return NULL;
     long bits = PyLong_AsLong(args[2]);
     if (bits == -1 && PyErr_Occurred()) return NULL;
+    url_runs r;
+    if (url_runs_open(&r, "canonical_hashes", args[0], args[1], args[4]) < 0) return NULL;
     Py_buffer out;
-    if (PyObject_GetBuffer(args[3], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(urls);
-    if ((bits != 64 && bits != 128) || out.len != n * (bits / 8)) {
-        PyBuffer_Release(&out);
-        PyErr_SetString(PyExc_ValueError,
-                        "canonical_hashes: bits is 64 or 128 and out holds n (64) or 2n (128) "
-                        "uint64");
+    if (PyObject_GetBuffer(args[3], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        url_runs_close(&r);
         return NULL;
     }
-    /* The URLs' data and lengths, taken with the GIL; non-str or non-ASCII: -1. */
-    const unsigned char **data = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*data));
-    Py_ssize_t *lens = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*lens));
-    unsigned char *flags = PyMem_Malloc((size_t)(n ? n : 1));
-    unsigned char *wide = PyMem_Malloc((size_t)(n ? n : 1)); /* a str beyond ASCII */
-    unsigned char *buf = scratch_take();
-    unsigned char *rewritten = buf == NULL ? NULL : buf + MAX_URL + 16;
-    /* A run's text, copied with the GIL: hashed without it, the strings may go. */
-    unsigned char *copy = PyMem_Malloc(HASH_RUN_BYTES + MAX_URL);
     PyObject *result = NULL;
-    if (data == NULL || lens == NULL || flags == NULL || wide == NULL || buf == NULL
-        || copy == NULL) {
-        PyErr_NoMemory();
+    const Py_ssize_t n = r.n, words = bits / 64;
+    if ((bits != 64 && bits != 128) || out.len != n * words * 8
+        || ((uintptr_t)out.buf & 7) != 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "canonical_hashes: bits is 64 or 128 and out holds n (64) or 2n (128) "
+                        "uint64, aligned to 8 bytes");
         goto done;
     }
     uint64_t *o = out.buf;
-    /* In runs of at most HASH_RUN URLs and HASH_RUN_BYTES of text: their text copied with
-       the GIL (the list is read only then: another thread may change it between runs),
-       then hashed without it while it is still in cache. */
     for (Py_ssize_t run = 0, end; run < n; run = end) {
-        if (PyList_GET_SIZE(urls) < n) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "canonical_hashes: the list shrank during the call");
-            goto done;
-        }
-        size_t used = 0;
-        for (end = run; end < n && end - run < HASH_RUN && used < HASH_RUN_BYTES; end++) {
-            PyObject *url = PyList_GET_ITEM(urls, end);
-            if (end + PREFETCH < n) prefetch_str(PyList_GET_ITEM(urls, end + PREFETCH));
-            wide[end] = 0;
-            if (PyUnicode_Check(url) && PyUnicode_IS_ASCII(url)
-                && PyUnicode_GET_LENGTH(url) <= MAX_URL) {
-                lens[end] = PyUnicode_GET_LENGTH(url);
-                memcpy(copy + used, PyUnicode_1BYTE_DATA(url), (size_t)lens[end]);
-                data[end] = copy + used;
-                used += (size_t)lens[end];
-            } else if (PyUnicode_Check(url) && PyUnicode_GET_LENGTH(url) <= MAX_URL / 4) {
-                /* the path and the query may hold it: the rewrite escapes those bytes */
-                lens[end] = url_bytes(url, copy + used);
-                data[end] = copy + used;
-                used += (size_t)lens[end];
-                wide[end] = 1;
-            } else {
-                data[end] = NULL;
-                lens[end] = -1;
-            }
-        }
+        if ((end = url_runs_copy(&r, run)) < 0) goto done;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t k = run; k < end; k++) url_runs_hash(&r, k, (int)bits, o + words * k);
+        Py_END_ALLOW_THREADS
+    }
+    result = url_runs_rest(&r);
+done:
+    url_runs_close(&r);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * bloom_urls(urls, allow_query, keep_port, bits, t, h, out, count): canonical_hashes'
+ * 128-bit fingerprints of the URLs into h's rows and, in the same pass, their test
+ * against one layer of the Bloom filter (bloom_test's and bloom_insert's; each block is
+ * asked for as its fingerprint is made, and read once the run is hashed).
+ *   count None: out[k] = the layer holds URL k.
+ *   count given (the layer's count word): out[k] = the layer lacks URL k; then, when
+ *     every URL is on the fast path, the batch is inserted as bloom_insert does it (out
+ *     keeps the first of identical fingerprints, the count is raised, the bits set).
+ * Returns (positions, flags): the positions of the URLs off the fast path, whose rows
+ * and out the caller fills (when there are any, the layer is left as it was), and out as
+ * a list of bools when there are none (else None).
+ */
+static PyObject *
+bloom_urls(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "bloom_urls(urls, allow_query, keep_port, bits, t, h, "
+                                         "out, count) takes 8 arguments");
+        return NULL;
+    }
+    const int t = bloom_t(args[4]), insert = args[7] != Py_None;
+    if (t < 0) return NULL;
+    table_args a;
+    if (get_table_args("bloom_urls", args[3], args[5], args[6], insert, 2, &a) < 0) return NULL;
+    if (insert && get_count("bloom_urls", args[7], &a) < 0) {
+        release_table_args(&a);
+        return NULL;
+    }
+    url_runs r;
+    if (url_runs_open(&r, "bloom_urls", args[0], args[1], args[2]) < 0) {
+        release_table_args(&a);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (a.rows.readonly || r.n != a.n) {
+        PyErr_SetString(PyExc_ValueError,
+                        "bloom_urls: h must be writable, and h and out one row a URL");
+        goto done;
+    }
+    const uint64_t *bits = a.table.buf, blocks = (uint64_t)(a.table.len / 64);
+    uint64_t *h = a.rows.buf;
+    unsigned char *out = a.out.buf;
+    Py_ssize_t rest = 0, fresh = 0;
+    for (Py_ssize_t run = 0, end; run < r.n; run = end) {
+        if ((end = url_runs_copy(&r, run)) < 0) goto done;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t k = run; k < end; k++) {
-            spans sp;
-            flags[k] = 0;
-            const unsigned char *s;
-            Py_ssize_t len;
-            if (data[k] == NULL
-                || !scan_or_rewrite(data[k], lens[k], allow_query, rewritten, &s, &len, &sp,
-                                    (wide[k] ? REWRITE_HIGH : 0)
-                                        | (keep_port ? REWRITE_KEEP_PORT : 0))) {
-                continue;
-            }
-            flags[k] = 1;
-            const unsigned char *text = s;
-            size_t tlen = (size_t)len;
-            if (!sp.has_scheme || !sp.has_path) { /* the canonical form adds http:// or "/" */
-                tlen = (size_t)write_canonical(buf, s, len, &sp);
-                text = buf;
-            }
-            if (bits == 64) {
-                o[k] = XXH3_64bits(text, tlen);
+            if (url_runs_hash(&r, k, 128, h + 2 * k)) {
+                PREFETCH_READ(bits + 8 * bloom_block(h[2 * k], blocks));
             } else {
-                XXH128_hash_t h = XXH3_128bits(text, tlen);
-                o[2 * k] = h.high64;
-                o[2 * k + 1] = h.low64;
+                rest++;
             }
+        }
+        for (Py_ssize_t k = run; k < end; k++) {
+            out[k] = 0;
+            if (!r.flags[k]) continue;
+            out[k] = (unsigned char)(bloom_covers(bits, blocks, t, h[2 * k], h[2 * k + 1])
+                                     ^ insert);
+            fresh += out[k];
         }
         Py_END_ALLOW_THREADS
     }
-    result = PyList_New(0);
-    if (result == NULL) goto done;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        if (flags[k]) continue;
-        PyObject *at = PyLong_FromSsize_t(k);
-        if (at == NULL || PyList_Append(result, at) < 0) {
-            Py_XDECREF(at);
-            Py_CLEAR(result);
-            goto done;
+    if (insert && rest == 0 && bloom_commit(&a, t, fresh) < 0) goto done;
+    PyObject *positions = url_runs_rest(&r), *flags = rest ? Py_NewRef(Py_None) : PyList_New(r.n);
+    if (positions != NULL && flags != NULL) {
+        for (Py_ssize_t k = 0; k < r.n && !rest; k++) {
+            PyList_SET_ITEM(flags, k, Py_NewRef(out[k] ? Py_True : Py_False));
         }
-        Py_DECREF(at);
+        result = PyTuple_Pack(2, positions, flags);
     }
+    Py_XDECREF(positions);
+    Py_XDECREF(flags);
 done:
-    PyMem_Free(copy);
-    PyMem_Free(wide);
-    PyMem_Free(data);
-    PyMem_Free(lens);
-    PyMem_Free(flags);
-    scratch_give(buf);
-    PyBuffer_Release(&out);
+    url_runs_close(&r);
+    release_table_args(&a);
     return result;
 }
 #endif /* URLSIEVE_XXHASH */
@@ -3049,7 +3335,12 @@ compile_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 break;
             Py_ssize_t n_host = sp.host_end, n_path = sp.has_path ? sp.path_end - n_host : 1;
             int dots = 0, slashes = 0, upper = 0;
-            for (Py_ssize_t i = 0; i < n_host; i++) dots += line[i] == '.';
+            int plain = 1; /* a rule's host: [a-z0-9_.-] ("=" and "*" are rule syntax) */
+            for (Py_ssize_t i = 0; i < n_host; i++) {
+                dots += line[i] == '.';
+                plain &= (cls[line[i]] & HOST) != 0;
+            }
+            if (!plain) break;
             if (dots == 0) break; /* one label: maybe a top-level domain, the slow path says */
             for (Py_ssize_t i = n_host; i < sp.path_end; i++) {
                 slashes += line[i] == '/';
@@ -3332,6 +3623,9 @@ done:
 #endif /* URLSIEVE_XXHASH */
 
 static PyMethodDef methods[] = {
+    {"scan_mode", (PyCFunction)(void (*)(void))scan_mode, METH_FASTCALL,
+     "scan_mode(name=None) -> str\n\nThe canonical scan in use (bytes, sse2, avx512: the\n"
+     "widest this CPU has by default); given a name, use that one and return the previous."},
     {"fast_canonical", (PyCFunction)(void (*)(void))fast_canonical, METH_FASTCALL,
      "fast_canonical(url, allow_query) -> str | None\n\n"
      "The canonical form of an already-canonical (or scheme-less canonical) URL,\n"
@@ -3349,10 +3643,11 @@ static PyMethodDef methods[] = {
      "bloom_test(bits, t, h, out) -> None\n\n"
      "out[i]: whether the Bloom layer `bits` holds fingerprint row h[i] = (h1, h2)."},
     {"bloom_insert", (PyCFunction)(void (*)(void))bloom_insert, METH_FASTCALL,
-     "bloom_insert(bits, t, h, out, count) -> int\n\n"
+     "bloom_insert(bits, t, h, out, count, tested=False) -> int\n\n"
      "Add the fingerprint rows h to the Bloom layer: out flags the fresh ones (tested\n"
      "before the batch, the first of identical rows only); count[0] is raised by their\n"
-     "number before their bits are set; returns it."},
+     "number before their bits are set; returns it. tested: out already holds, for each\n"
+     "row, whether the layer lacks it (bloom_urls' test), and the test is skipped."},
     {"exact_lookup", (PyCFunction)(void (*)(void))exact_lookup, METH_FASTCALL,
      "exact_lookup(table, keys, out) -> None\n\nout[i]: whether the exact table holds keys[i]."},
     {"exact_insert", (PyCFunction)(void (*)(void))exact_insert, METH_FASTCALL,
@@ -3370,6 +3665,13 @@ static PyMethodDef methods[] = {
      "mask[rows[k]:rows[k] + stride] (a pass list per client)."},
 #endif
 #ifdef URLSIEVE_XXHASH
+    {"bloom_urls", (PyCFunction)(void (*)(void))bloom_urls, METH_FASTCALL,
+     "bloom_urls(urls, allow_query, keep_port, bits, t, h, out, count)\n"
+     "    -> (list[int], list[bool] | None)\n\n"
+     "canonical_hashes' 128-bit fingerprints into h and their test against one Bloom layer\n"
+     "(count None: out = held; count given: out = lacked, and the batch inserted when\n"
+     "every URL is on the fast path). Returns the positions of the other URLs, and out\n"
+     "as a list when there are none."},
     {"canonical_hashes", (PyCFunction)(void (*)(void))canonical_hashes, METH_FASTCALL,
      "canonical_hashes(urls, allow_query, bits, out, keep_port) -> list[int]\n\n"
      "xxh3-64 (bits 64) or xxh3-128 as (high, low) (bits 128) of each fast-path URL's\n"
@@ -3435,6 +3737,7 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     init_classes();
+    scan_level = scan_level_best();
     for (int k = 0; k < 5; k++) {
         if (scheme_names[k] == NULL) scheme_names[k] = PyUnicode_InternFromString(scheme_text[k]);
         if (scheme_names[k] == NULL) return NULL;

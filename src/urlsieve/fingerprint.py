@@ -77,7 +77,6 @@ CHUNK = 16384
 def _fill(urls: list[str], profile: Profile, bits: int, out: np.ndarray) -> None:
     """Fingerprints of ``urls`` into ``out``: compiled for the canonical fast path, the
     reference (``xxhash`` over :func:`canonicalize`) for every other URL."""
-    digest = _xxh64 if bits == 64 else xxhash.xxh3_128_intdigest
     rest: list[int] = []
     if _hashes is not None and profile.fast_path:
         for start in range(0, len(urls), CHUNK):
@@ -88,7 +87,19 @@ def _fill(urls: list[str], profile: Profile, bits: int, out: np.ndarray) -> None
             rest += [start + at for at in found]
     else:
         rest = list(range(len(urls)))
-    for at in rest:  # in order: InvalidURL names the first bad URL
+    fill_rest(urls, rest, profile, bits, out)
+
+
+def fill_rest(
+    urls: list[str], rest: list[int], profile: Profile, bits: int, out: np.ndarray
+) -> None:
+    """The reference fingerprints of ``urls[at]`` for each ``at`` in ``rest`` (the URLs a
+    compiled batch left: off the canonical fast path) into ``out[at]``.
+
+    Raises :class:`InvalidURL` for the first bad one (``rest`` is in order).
+    """
+    digest = _xxh64 if bits == 64 else xxhash.xxh3_128_intdigest
+    for at in rest:
         value = digest(canonicalize(urls[at], profile).encode("ascii"))
         if bits == 64:
             out[at] = value

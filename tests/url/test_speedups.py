@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -44,11 +44,42 @@ def test_the_accelerator_is_in_use_wherever_it_can_be_built() -> None:
     # Without a compiler either answer is possible (a wheel built elsewhere may carry it).
 
 
-@pytest.fixture(scope="module")
-def compiled() -> Callable[[str, bool], str | None]:
+SCANS = ["bytes", "sse2", "avx512"]
+
+
+def _scans() -> list[str]:
+    """The scans this CPU can run, up to the one in use by default (the widest)."""
+    try:
+        from urlsieve import _speedups
+    except ImportError:
+        return ["bytes"]  # the fixture skips
+    return SCANS[: SCANS.index(_speedups.scan_mode()) + 1]
+
+
+@pytest.fixture(scope="module", params=_scans())
+def compiled(request: pytest.FixtureRequest) -> Iterator[Callable[[str, bool], str | None]]:
+    """``fast_canonical`` with each scan: the per-byte definition alone, and each vector
+    pass in front of it (the vector passes leave what they cannot decide to it)."""
     mod = pytest.importorskip("urlsieve._speedups", reason="built without a C compiler")
+    previous = mod.scan_mode(request.param)
     fn: Callable[[str, bool], str | None] = mod.fast_canonical
-    return fn
+    yield fn
+    mod.scan_mode(previous)
+
+
+def test_the_widest_scan_is_the_default_and_a_missing_one_is_refused() -> None:
+    mod = pytest.importorskip("urlsieve._speedups", reason="built without a C compiler")
+    best = mod.scan_mode()
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    if sys.platform == "linux" and os.uname().machine == "x86_64":
+        assert best == ("avx512" if " avx512bw" in flags and " bmi2" in flags else "sse2")
+    with pytest.raises(ValueError, match="not one of this CPU's scans"):
+        mod.scan_mode("avx1024")
+    with pytest.raises(ValueError, match="not one of this CPU's scans"):
+        mod.scan_mode(b"sse2")
+    assert mod.scan_mode("bytes") == best
+    assert mod.scan_mode(best) == "bytes"
+    assert mod.scan_mode() == best
 
 
 def _same(fn: Callable[[str, bool], str | None], text: str) -> None:
@@ -66,7 +97,9 @@ def near_canonical(draw: st.DrawFn) -> str:
     text = draw(CANONICAL)
     at = draw(st.integers(0, len(text)))
     edit = draw(st.sampled_from(["insert", "delete", "replace", "strip_scheme"]))
-    char = draw(st.sampled_from([*"/.?%#:@\\ A9a_-", "%25", "%2F", "%7F", "%7e", "ü", "\x00"]))
+    char = draw(
+        st.sampled_from([*'/.?%#:@\\ A9a_-"=*|^', "%25", "%2F", "%7F", "%7e", "ü", "\x00", ".."])
+    )
     if edit == "insert":
         return text[:at] + char + text[at:]
     if edit == "delete":
@@ -143,6 +176,31 @@ EDGES = [
     "http://ä.com/",
     "http://a.com/a\x00",
     "http://a.com/~a!$&'()*+,;=:@[]^_`{|}",
+    # hosts with the printable code points a canonical host may hold besides [a-z0-9_.-]
+    'https://"www.a.com/x',
+    '"www.a.com/x',
+    "http://a!$&'()*+,;=`{}~b.com/",
+    "http://*.a.com/",
+    'http://a.b"/',
+    'http://a."b/',
+    'http://".a/',
+    'http://"/',
+    "http://a=b.1/",
+    "http://a|b.com/",
+    "http://a^b.com/",
+    "http://a<b.com/",
+    'HTTP://"A.COM/',
+    'http://"' + "a" * 70 + ".com/",
+    # segments starting with "." that are not "." or ".."
+    "http://a.com/.f",
+    "http://a.com/.well-known/x",
+    "http://a.com/...",
+    "http://a.com/..f/.../x",
+    "http://a.com/x/..",
+    "http://a.com/x/../",
+    "http://a.com/x/.?q",
+    "http://a.com/x/..?q",
+    "http://a.com/.%20",
 ]
 
 
@@ -171,7 +229,7 @@ def test_near_canonical_strings_agree(
 @st.composite
 def across_blocks(draw: st.DrawFn) -> str:
     scheme = draw(st.sampled_from(["http://", "https://", ""]))
-    label = st.text("abcz09_-", min_size=1, max_size=70)
+    label = st.text("abcz09_-", min_size=1, max_size=70) | st.text('abz0_-"=*', min_size=1)
     host = (
         ".".join(draw(st.lists(label, min_size=1, max_size=4)))
         + "."
@@ -185,7 +243,9 @@ def across_blocks(draw: st.DrawFn) -> str:
     block = len(scheme) + 16 * draw(st.integers(1, 8)) + draw(st.integers(-2, 1))
     at = min(max(block, 0), len(text))
     char = draw(
-        st.sampled_from(["", "/", ".", "?", "%", "#", " ", "\\", "A", "\x80", "ü", "//", "/."])
+        st.sampled_from(
+            ["", "/", ".", "?", "%", "#", " ", "\\", "A", "\x80", "ü", "//", "/.", "/..", '"', "|"]
+        )
     )
     return text[:at] + char + text[at + (1 if draw(st.booleans()) else 0) :]
 

@@ -24,11 +24,15 @@ go to the last layer.
 
 **Batches** (``add_many``, ``add_fingerprints``) are compiled
 (``urlsieve._speedups``: ``bloom_test`` and ``bloom_insert`` compute each URL's
-block and bits from its fingerprint, test them and set them); the numpy
+block and bits from its fingerprint, test them and set them; ``bloom_urls``
+does it for a list of URLs in the same pass as their canonical scan and
+fingerprint, asking for each block as its fingerprint is made); the numpy
 reference computes blocks and masks as arrays, gathers the blocks, tests them,
-and ORs the new bits together per block. A batch is tested against the
-filter as it was before the batch: URLs of one batch never make each other
-look seen, except the same URL twice, which is new once.
+and ORs the new bits together per block. URLs off the canonical fast path are
+fingerprinted in Python, and the batch is then inserted from the fingerprints.
+A batch is tested against the filter as it was before the batch: URLs of one
+batch never make each other look seen, except the same URL twice, which is new
+once.
 
 **Sharing and crashes.** Writers serialise on an exclusive ``flock``
 (:mod:`urlsieve.seen._mapped`) around the bit updates only, so no bit is ever
@@ -54,7 +58,7 @@ import xxhash
 
 from urlsieve._accel import speedups
 from urlsieve.exceptions import ConfigError, StoreCorrupt, StoreFull
-from urlsieve.fingerprint import fingerprint_array128
+from urlsieve.fingerprint import CHUNK, fill_rest, fingerprint_array128
 from urlsieve.seen._mapped import (
     HEADER_SIZE,
     U64,
@@ -89,6 +93,9 @@ MAX_LAYERS = (HEADER_SIZE - _LAYER_TABLE) // _LAYER_SIZE
 
 Flags = npt.NDArray[np.bool_]
 Blocks = npt.NDArray[np.intp]
+
+#: Fingerprints and test of a list of URLs in one compiled pass (absent without xxhash.h).
+_bloom_urls = getattr(speedups, "bloom_urls", None)
 
 
 # ------------------------------------------------------------------ the maths
@@ -404,58 +411,147 @@ class BloomStore(MappedStore):
 
     # ------------------------------------------------------------------ batches
 
+    def _compiled(self) -> bool:
+        return _bloom_urls is not None and self._profile.fast_path
+
+    def _scan(
+        self, batch: list[str], layer: _Layer, h: U64, out: Flags, count: U64 | None
+    ) -> tuple[list[int], list[bool] | None]:
+        """The fingerprints of ``batch`` into ``h`` and their test against ``layer`` into
+        ``out``, compiled in one pass (``bloom_urls``): held by the layer (``count`` None)
+        or lacked by it (``count``, the layer's count word, given: then, when every URL of
+        a batch of at most ``CHUNK`` is on the canonical fast path, it is inserted).
+
+        Returns the positions of the URLs off the fast path, which are fingerprinted
+        and tested here (the batch was not inserted when there are any), and, for a
+        batch of at most ``CHUNK`` without any, ``out`` as a list. Raises
+        :class:`InvalidURL` for the first bad URL.
+        """
+        profile, n = self._profile, len(batch)
+        rest: list[int] = []
+        listed: list[bool] | None = None
+        for start in range(0, n, CHUNK):
+            part = batch[start : start + CHUNK] if n > CHUNK else batch
+            end = start + len(part)
+            found, listed = _bloom_urls(  # type: ignore[misc]
+                part,
+                profile.fast_query,
+                profile.keep_port,
+                layer.bits,
+                layer.t,
+                h[start:end],
+                out[start:end],
+                count if n <= CHUNK else None,
+            )
+            rest += [start + at for at in found]
+        if rest:
+            assert speedups is not None  # bloom_urls is its function
+            fill_rest(batch, rest, profile, 128, h)
+            at = np.asarray(rest, dtype=np.intp)
+            held = np.empty(len(at), dtype=bool)
+            speedups.bloom_test(layer.bits, layer.t, h[at], held)
+            out[at] = held if count is None else ~held
+        return rest, listed if n <= CHUNK else None
+
     def add_many(self, urls: Iterable[str]) -> list[bool]:
-        flags: list[bool] = self.add_fingerprints(self._fingerprints(urls)).tolist()
-        return flags
+        batch = urls if isinstance(urls, list) else list(urls)
+        if not batch or not self._compiled():
+            new: list[bool] = self.add_fingerprints(self._fingerprints(batch)).tolist()
+            return new
+        n = len(batch)
+        h = np.empty((n, 2), dtype=np.uint64)
+        flags = np.empty(n, dtype=bool)
+        failed: Exception | None = None
+        with self._writing:
+            first = self._layers[0]
+            count = self._words[first.count_word : first.count_word + 1]
+            alone = len(self._layers) == 1 and first.capacity - int(count[0]) >= n
+            fused = alone and n <= CHUNK  # one compiled call tests and inserts
+            try:
+                rest, listed = self._scan(batch, first, h, flags, count if fused else None)
+            except Exception as exc:  # a bad URL: nothing was added (raised once unlocked)
+                failed = exc
+            else:
+                if fused and not rest:  # inserted
+                    assert listed is not None
+                    return listed
+                assert speedups is not None  # bloom_urls is its function
+                if alone:
+                    if not fused:  # flags: held, the test of a batch in parts
+                        np.logical_not(flags, out=flags)
+                    speedups.bloom_insert(first.bits, first.t, h, flags, count, True)
+                else:  # flags: held by the first layer
+                    flags = self._add_rows(h, _MaskCache(h), flags, tested=1)
+        if failed is not None:
+            raise failed
+        added: list[bool] = flags.tolist()
+        return added
 
     def contains_many(self, urls: Iterable[str]) -> list[bool]:
-        flags: list[bool] = self.contains_fingerprints(self._fingerprints(urls)).tolist()
-        return flags
+        batch = urls if isinstance(urls, list) else list(urls)
+        if not batch or not self._compiled():
+            held: list[bool] = self.contains_fingerprints(self._fingerprints(batch)).tolist()
+            return held
+        n = len(batch)
+        h = np.empty((n, 2), dtype=np.uint64)
+        flags = np.empty(n, dtype=bool)
+        with self._reading:
+            _, listed = self._scan(batch, self._layers[0], h, flags, None)
+            if listed is not None and len(self._layers) == 1:
+                return listed
+            self._test_rows(h, _MaskCache(h), flags, tested=1)
+        found: list[bool] = flags.tolist()
+        return found
 
     def contains_fingerprints(self, fps: npt.ArrayLike) -> Flags:
         """Membership of 128-bit fingerprints given as an (n, 2) array of ``(h1, h2)`` halves."""
         h = _rows(fps)
-        masks = _MaskCache(h)
         seen = np.zeros(len(h), dtype=bool)
         with self._reading:
-            for layer in self._layers:
-                todo = np.flatnonzero(~seen)
-                if not todo.size:
-                    break
-                seen[todo] = _test(layer, h if todo.size == len(h) else h[todo], masks, todo)
+            self._test_rows(h, _MaskCache(h), seen, tested=0)
         return seen
+
+    def _test_rows(self, h: U64, masks: _MaskCache, seen: Flags, tested: int) -> None:
+        """``seen`` |= held by a layer, for the layers after the first ``tested``."""
+        for layer in self._layers[tested:]:
+            todo = np.flatnonzero(~seen)
+            if not todo.size:
+                break
+            seen[todo] = _test(layer, h if todo.size == len(h) else h[todo], masks, todo)
 
     def add_fingerprints(self, fps: npt.ArrayLike) -> Flags:
         """Add 128-bit fingerprints ((n, 2) array); True where reported new (once per repeat)."""
         h = _rows(fps)
-        masks = _MaskCache(h)
-        new = np.zeros(len(h), dtype=bool)
         if not len(h):
-            return new
+            return np.zeros(0, dtype=bool)
         with self._writing:
-            seen = np.zeros(len(h), dtype=bool)
-            for layer in self._layers[:-1]:
-                todo = np.flatnonzero(~seen)
-                seen[todo] = _test(layer, h[todo], masks, todo)
-            pending = np.flatnonzero(~seen)
-            while pending.size:
-                layer = self._layers[-1]
-                room = layer.capacity - int(self._mv[layer.count_word])
-                if room <= 0:
-                    # The full layer was not tested yet: what it holds is not new.
-                    hit = _test(layer, h[pending], masks, pending)
-                    pending = pending[~hit]
-                    if pending.size:
-                        self._add_layer()
-                    continue
-                part, pending = pending[:room], pending[room:]
-                if len(part) == len(h):  # the whole batch: no copies
-                    new = self._insert(layer, h, masks, part)
-                    continue
-                new[part] = self._insert(layer, h[part], masks, part)
-                if pending.size:  # what this part set may cover later URLs of the batch
-                    hit = _test(layer, h[pending], masks, pending)
-                    pending = pending[~hit]
+            return self._add_rows(h, _MaskCache(h), np.zeros(len(h), dtype=bool), tested=0)
+
+    def _add_rows(self, h: U64, masks: _MaskCache, seen: Flags, tested: int) -> Flags:
+        """Add the rows ``h`` (``seen``: held by the first ``tested`` layers); the new ones."""
+        new = np.zeros(len(h), dtype=bool)
+        for layer in self._layers[tested:-1]:
+            todo = np.flatnonzero(~seen)
+            seen[todo] = _test(layer, h[todo], masks, todo)
+        pending = np.flatnonzero(~seen)
+        while pending.size:
+            layer = self._layers[-1]
+            room = layer.capacity - int(self._mv[layer.count_word])
+            if room <= 0:
+                # The full layer was not tested yet: what it holds is not new.
+                hit = _test(layer, h[pending], masks, pending)
+                pending = pending[~hit]
+                if pending.size:
+                    self._add_layer()
+                continue
+            part, pending = pending[:room], pending[room:]
+            if len(part) == len(h):  # the whole batch: no copies
+                new = self._insert(layer, h, masks, part)
+                continue
+            new[part] = self._insert(layer, h[part], masks, part)
+            if pending.size:  # what this part set may cover later URLs of the batch
+                hit = _test(layer, h[pending], masks, pending)
+                pending = pending[~hit]
         return new
 
     def _insert(self, layer: _Layer, h: U64, masks: _MaskCache, where: Blocks) -> Flags:

@@ -59,16 +59,20 @@ _LEADING_SLASHES = re.compile(r"[/\\]{0,2}")
 _AUTHORITY_END = re.compile(r"[/\\?]")
 _PORT = re.compile(r"[0-9]+")
 
-# An already-canonical URL: lower-case scheme and host, no port or userinfo,
-# a path without empty, "." or ".." segments, and only the percent-escapes
+# An already-canonical URL: lower-case scheme and host (its last label not a number),
+# no port or userinfo, a path without empty, "." or ".." segments, and only the percent-escapes
 # that canonicalisation itself writes (upper-case, of bytes it escapes;
 # "%25" not followed by two hex digits). Such a string is its own canonical form.
 _ESC = r"%(?:[01][0-9A-F]|2[03]|7F|[89A-F][0-9A-F]|25(?![0-9A-Fa-f]{2}))"
-_SEG = rf"""(?:[!"$&'()*+,\-0->@-\[\]-~]|{_ESC})(?:[!"$&-.0->@-\[\]-~]++|{_ESC})*+"""
+# A segment is not "." or ".." (".well-known", "..." are segments like any other).
+_SEG = rf"""(?!\.\.?(?![^/?]))(?:[!"$&-.0->@-\[\]-~]++|{_ESC})++"""
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+# A host's characters once canonical: printable ASCII but upper case and the code points
+# WHATWG forbids in a host (host.py's check_host_chars), dots apart.
+_HOST_CHAR = r"""[a-z0-9_\-!"$&'()*+,;=`{}~]"""
 _FAST = re.compile(
     r"(?P<scheme>https?|ftp|wss?)://"
-    rf"(?P<host>(?P<ip>(?:{_OCTET}\.){{3}}{_OCTET})|(?:[a-z0-9_-]++\.)*+[a-z][a-z0-9_-]*+)"
+    rf"(?P<host>(?P<ip>(?:{_OCTET}\.){{3}}{_OCTET})|(?:{_HOST_CHAR}++\.)*+[a-z]{_HOST_CHAR}*+)"
     rf"(?P<path>/(?:{_SEG}(?:/{_SEG})*/?)?)?"  # no path: canonical only once "/" is added
     rf"""(?:\?(?P<query>(?:[!"$&-~]++|{_ESC})*+))?"""
 )
