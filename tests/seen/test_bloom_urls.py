@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.gateway import rulegen
 from tests.needs import missing
-from urlsieve import InvalidURL
+from urlsieve import InvalidURL, StoreReadOnly, open_seen
 from urlsieve.fingerprint import CHUNK, fingerprint128, fingerprint_array128
 from urlsieve.seen._mapped import W_DIRTY
 from urlsieve.seen.bloom import BloomStore
@@ -53,12 +53,12 @@ def _valid(urls: list[str]) -> list[str]:
     return out
 
 
-def _both(tmp: Path, batches: list[list[str]], capacity: int) -> None:
+def _both(tmp: Path, batches: list[list[str]], capacity: int, error: float = 0.01) -> None:
     """Each batch into one store by add_many and into another by its fingerprints."""
     probe = [u for batch in batches for u in batch] + ["http://never.example/added"]
     with (
-        BloomStore(str(tmp / "urls.bloom"), capacity=capacity, error=0.01) as by_urls,
-        BloomStore(str(tmp / "fps.bloom"), capacity=capacity, error=0.01) as by_fps,
+        BloomStore(str(tmp / "urls.bloom"), capacity=capacity, error=error) as by_urls,
+        BloomStore(str(tmp / "fps.bloom"), capacity=capacity, error=error) as by_fps,
     ):
         for batch in batches:
             got = by_urls.add_many(batch)
@@ -90,6 +90,24 @@ def test_batches_larger_than_a_chunk_and_many_layers(tmp_path: Path) -> None:
     two.mkdir()
     _both(one, [first, urls, urls[:10]], capacity=100_000)
     _both(two, [urls[:5000], urls, first], capacity=3000)  # grows while a batch goes in
+
+
+def test_a_batch_larger_than_the_room_of_the_only_layer(tmp_path: Path) -> None:
+    # The layer fills in the middle of the batch: what the first part sets may cover a URL
+    # of the next part (a false positive easy to hit at error 0.4), as it does for the
+    # fingerprint path, which tests the parts in order.
+    base = [f"http://f{i}.example/" for i in range(198)]
+    batch = ["http://f0.example/", "http://c0.example/", "http://c562.example/"]
+    _both(tmp_path, [base, batch], capacity=200, error=0.4)
+
+
+def test_a_read_only_store_reports_a_bad_url_first(tmp_path: Path) -> None:
+    BloomStore(str(tmp_path / "s"), capacity=100).close()
+    with open_seen(f"bloom:{tmp_path / 's'}?readonly=1") as store:
+        with pytest.raises(InvalidURL):
+            store.add_many(["http://", "http://a.example/"])
+        with pytest.raises(StoreReadOnly):
+            store.add_many(["http://a.example/"])
 
 
 def test_a_repeat_in_a_batch_is_new_once_and_a_batch_is_tested_as_it_was(tmp_path: Path) -> None:

@@ -455,7 +455,7 @@ class BloomStore(MappedStore):
 
     def add_many(self, urls: Iterable[str]) -> list[bool]:
         batch = urls if isinstance(urls, list) else list(urls)
-        if not batch or not self._compiled():
+        if not batch or not self._compiled() or self._readonly:  # read-only: a bad URL first
             new: list[bool] = self.add_fingerprints(self._fingerprints(batch)).tolist()
             return new
         n = len(batch)
@@ -480,8 +480,10 @@ class BloomStore(MappedStore):
                     if not fused:  # flags: held, the test of a batch in parts
                         np.logical_not(flags, out=flags)
                     speedups.bloom_insert(first.bits, first.t, h, flags, count, True)
-                else:  # flags: held by the first layer
+                elif len(self._layers) > 1:  # flags: held by the first layer
                     flags = self._add_rows(h, _MaskCache(h), flags, tested=1)
+                else:  # the only layer, too full for the batch: tested part by part
+                    flags = self._add_rows(h, _MaskCache(h), np.zeros(n, dtype=bool), tested=0)
         if failed is not None:
             raise failed
         added: list[bool] = flags.tolist()
