@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -28,6 +29,7 @@ from starlette.testclient import TestClient
 from tests.gateway.servers import free_port
 from urlsieve import Filter
 from urlsieve.gateway.config import GatewayConfig, load_config
+from urlsieve.gateway.server import listen
 from urlsieve.gateway.service import MAX_BATCH, ServiceLimits, create_app
 from urlsieve.match.snapshot import compile_snapshot
 from urlsieve.rules.model import ALLOW, BLOCK, parse_rule
@@ -804,6 +806,34 @@ def test_slow_headers_are_cut_off(snapshot: Path) -> None:
             for _ in range(2):
                 sock.sendall(request)
                 assert _read_response(sock).startswith(b"HTTP/1.1 200 ")
+
+
+def test_the_service_socket_answers_without_nagle() -> None:
+    # asyncio turns Nagle's algorithm off only on connections of a socket made with
+    # IPPROTO_TCP; with it on, each response on a kept-alive connection waited 40 ms for
+    # the client's delayed ACK (363 requests/s under wrk instead of thousands).
+    sock = listen("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+
+    async def nodelay_of_an_accepted_connection() -> int:
+        loop = asyncio.get_running_loop()
+        seen: asyncio.Future[int] = loop.create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                server_side = transport.get_extra_info("socket")
+                seen.set_result(server_side.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+        server = await loop.create_server(Probe, sock=sock)
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            return await asyncio.wait_for(seen, 10)
+        finally:
+            writer.close()
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(nodelay_of_an_accepted_connection()) != 0
 
 
 def test_connections_over_the_cap_are_refused(snapshot: Path) -> None:

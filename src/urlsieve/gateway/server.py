@@ -107,10 +107,29 @@ def guarded_protocol(limits: ServiceLimits) -> type[GuardedH11Protocol]:
 
 
 def listen(host: str, port: int, *, backlog: int = 2048) -> socket.socket:
-    """A listening TCP socket on ``host:port``; :class:`ConfigError` when it cannot be had."""
+    """A listening TCP socket on ``host:port``; :class:`ConfigError` when it cannot be had.
+
+    The socket is made with ``IPPROTO_TCP`` as its protocol: asyncio turns Nagle's
+    algorithm off (``TCP_NODELAY``) only on connections of such a socket. With the
+    protocol left 0 (``socket.create_server``), a response written in two parts (headers,
+    then body) waited for the client's delayed ACK: 40 ms a request on a kept-alive
+    connection.
+    """
     try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        return socket.create_server((host, port), family=family, backlog=backlog)
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as socket.create_server: IPv6 only
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(backlog)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
     except OSError as exc:
         raise ConfigError(
             f"service.bind={host}:{port}: cannot listen: {exc.strerror or exc}"
