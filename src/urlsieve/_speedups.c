@@ -431,8 +431,8 @@ scan_mode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *previous = PyUnicode_FromString(scan_names[scan_level]);
     if (previous == NULL || nargs == 0 || args[0] == Py_None) return previous;
     const int best = scan_level_best();
-    for (int level = 0; level <= best; level++) {
-        if (PyUnicode_Check(args[0]) && PyUnicode_CompareWithASCIIString(args[0], scan_names[level]) == 0) {
+    for (int level = 0; level <= best && PyUnicode_Check(args[0]); level++) {
+        if (PyUnicode_CompareWithASCIIString(args[0], scan_names[level]) == 0) {
             scan_level = level;
             return previous;
         }
@@ -2947,7 +2947,8 @@ bloom_urls(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         "bloom_urls: h must be writable, and h and out one row a URL");
         goto done;
     }
-    const uint64_t *bits = a.table.buf, blocks = (uint64_t)(a.table.len / 64);
+    const uint64_t *bits = a.table.buf;
+    const uint64_t blocks = (uint64_t)(a.table.len / 64);
     uint64_t *h = a.rows.buf;
     unsigned char *out = a.out.buf;
     Py_ssize_t rest = 0, fresh = 0;

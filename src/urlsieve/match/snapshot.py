@@ -866,8 +866,8 @@ def image_memory(size: int) -> bytearray | mmap.mmap:
     lookup reads three to six places at random in an image of about 95 bytes a rule, and
     with 4 KiB pages each read also waits for a page-table walk: at 1M rules (format 4)
     the batch lookup took about 0.55 µs a URL in a ``bytearray`` and 0.48 µs with huge
-    pages. Where
-    the system has no huge pages the mapping is plain memory, as a ``bytearray`` is.
+    pages. Where the system has no huge pages the mapping is plain memory, as a
+    ``bytearray`` is.
     """
     private = getattr(mmap, "MAP_PRIVATE", None)
     anonymous = getattr(mmap, "MAP_ANONYMOUS", None)
