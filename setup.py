@@ -1,45 +1,40 @@
 """The compiled accelerator; everything else is in pyproject.toml.
 
-``optional=True``: without a C compiler (or Python's headers) the build goes
-on and urlsieve runs on its pure-Python reference code, which gives the same
-results, only slower (``urlsieve.url.parse.ACCELERATED`` tells which is in use).
+``optional=True``: without a C compiler (or Python's headers) the build goes on and
+urlsieve runs on its pure-Python reference code, which gives the same results, only
+slower. ``urlsieve doctor`` (and ``urlsieve --version``) says which build is in use and
+how to get the compiled one.
 
-The batch paths that hash (the compiled rule lookup, the seen stores' batches)
-need xxHash's header, ``xxhash.h`` (Debian: ``libxxhash-dev``), used header-only:
-without it the extension is built without them and those batches run in Python.
-``URLSIEVE_XXHASH_INCLUDE`` names another directory holding the header.
+The extension needs nothing but a C compiler and Python's headers: its hash (XXH3,
+``src/urlsieve/_xxh3.h``) is urlsieve's own, so every compiled path is built wherever the
+extension is. It is compiled anew on every build (``build_ext --force``), so a ``build/``
+directory left by an earlier build, with other flags or older sources, is never reused.
 """
 
-import os
-import sysconfig
-from pathlib import Path
-
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 
-def _xxhash_include() -> str | None:
-    candidates = [
-        os.environ.get("URLSIEVE_XXHASH_INCLUDE", ""),
-        sysconfig.get_config_var("INCLUDEDIR") or "",
-        "/usr/include",
-        "/usr/local/include",
-        "/opt/homebrew/include",
-    ]
-    for directory in candidates:
-        if directory and (Path(directory) / "xxhash.h").is_file():
-            return directory
-    return None
+class FreshBuildExt(build_ext):
+    """``build_ext`` that never takes an extension left in ``build/`` for an up-to-date one."""
+
+    def initialize_options(self) -> None:
+        super().initialize_options()
+        self.force = True
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        self.force = True
 
 
-include = _xxhash_include()
 setup(
+    cmdclass={"build_ext": FreshBuildExt},
     ext_modules=[
         Extension(
             "urlsieve._speedups",
             sources=["src/urlsieve/_speedups.c"],
-            include_dirs=[include] if include and include != "/usr/include" else [],
-            define_macros=[("URLSIEVE_XXHASH", "1")] if include else [],
+            depends=["src/urlsieve/_xxh3.h"],
             optional=True,
         )
-    ]
+    ],
 )

@@ -104,7 +104,30 @@ def exchange(
 
 
 def machine() -> str:
-    return f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores"
+    """The machine and the build of urlsieve a table ran on (every table names both)."""
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    return f"{python}, {os.cpu_count()} cores; build: {build()}"
+
+
+def build() -> str:
+    """Which urlsieve the run imported: the commit, how it was installed, its engine."""
+    import urlsieve
+    from urlsieve._accel import report
+
+    where = Path(urlsieve.__file__).resolve().parent
+    installed = "site-packages" in where.parts
+    how = "installed (`pip install .` or a wheel)" if installed else "editable, from the work tree"
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown commit"
+    engine = report().summary()
+    return f"urlsieve {urlsieve.__version__} at {commit}, {how}, {engine}"
 
 
 def table(header: Iterable[str], rows: Iterable[Iterable[object]]) -> str:

@@ -242,15 +242,14 @@ def _log_x_plot(
     return f"\n\n![{alt}]({out.name})"
 
 
-def filter_cli(args: argparse.Namespace, workdir: Path) -> str:
-    generated = workdir / "generated" / "onecat"
-    urls, _ = request_lines([generated], args.lines)
+def filter_rate(python: str, lists: Path, urls: Sequence[str], repeats: int) -> float:
+    """URLs a second through ``urlsieve filter --lists LISTS`` end to end (median)."""
     data = "".join(f"{u}\n" for u in urls).encode()
     runs = []
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         start = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "urlsieve", "filter", "--lists", str(generated)],
+            [python, "-m", "urlsieve", "filter", "--lists", str(lists)],
             input=data,
             capture_output=True,
             check=False,
@@ -258,7 +257,13 @@ def filter_cli(args: argparse.Namespace, workdir: Path) -> str:
         runs.append(time.perf_counter() - start)
         if proc.returncode not in (0, 1):
             raise RuntimeError(proc.stderr.decode())
-    rate = len(urls) / statistics.median(runs)
+    return len(urls) / statistics.median(runs)
+
+
+def filter_cli(args: argparse.Namespace, workdir: Path) -> str:
+    generated = workdir / "generated" / "onecat"
+    urls, _ = request_lines([generated], args.lines)
+    rate = filter_rate(sys.executable, generated, urls, args.repeats)
     sg_rate = float("nan")
     if SQUIDGUARD:
         sg = SquidGuard([generated], workdir / "sg-filter")

@@ -16,11 +16,14 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def missing(reason: str) -> NoReturn:
-    """Skip (locally) or fail (in CI) because something the test needs is not installed."""
+def missing(reason: str, *, module: bool = False) -> NoReturn:
+    """Skip (locally) or fail (in CI) because something the test needs is not installed.
+
+    ``module=True`` when called at a test module's top level: the whole module is skipped
+    (a plain skip there is a collection error that stops the run)."""
     if in_ci():
         pytest.fail(f"{reason} (CI=true: .ci/run should have installed it)")
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=module)
 
 
 def system_binary(name: str) -> str | None:

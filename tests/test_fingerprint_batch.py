@@ -103,7 +103,7 @@ def test_batch_fingerprints_of_urls_beyond_ascii_equal_the_reference(
 def test_a_path_beyond_ascii_is_hashed_in_c() -> None:
     fn = getattr(speedups, "canonical_hashes", None)
     if fn is None:
-        missing("urlsieve._speedups built without xxhash.h (libxxhash-dev)")
+        missing("urlsieve._speedups lacks the batch paths: a stale build (urlsieve doctor)")
     urls = ["http://example.com/Führerschein/ü?q=é", "http://bücher.example/x", "\udcff.example/"]
     out = np.empty((3, 2), np.uint64)
     assert fn(urls, True, 128, out, False) == [1, 2]  # IDN and the surrogate: the reference
@@ -125,7 +125,7 @@ def test_large_batches_are_cut_and_a_bad_url_raises() -> None:
 def test_the_compiled_batch_refuses_misuse() -> None:
     fn = getattr(speedups, "canonical_hashes", None)
     if fn is None:
-        missing("urlsieve._speedups built without xxhash.h (libxxhash-dev)")
+        missing("urlsieve._speedups lacks the batch paths: a stale build (urlsieve doctor)")
     out = np.empty(2, dtype=np.uint64)
     with pytest.raises(TypeError):
         fn(("a",), True, 64, out, False)
@@ -142,7 +142,7 @@ def test_the_compiled_batch_refuses_misuse() -> None:
 def test_a_profile_that_keeps_ports_leaves_a_port_to_the_reference() -> None:
     fn = getattr(speedups, "canonical_hashes", None)
     if fn is None:
-        missing("urlsieve._speedups built without xxhash.h (libxxhash-dev)")
+        missing("urlsieve._speedups lacks the batch paths: a stale build (urlsieve doctor)")
     urls = ["http://a.example:8080/", "HTTP://A.example/x"]
     assert fn(urls, False, 64, np.empty(2, np.uint64), True) == [0]
     assert fn(urls, False, 64, np.empty(2, np.uint64), False) == []  # the filter drops it

@@ -24,12 +24,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifdef URLSIEVE_XXHASH
-/* xxHash (BSD-2-Clause), header-only: the hash of the snapshot tables and of the seen
-   stores' fingerprints, the same function as the xxhash package on the Python side. */
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-#endif
+/* XXH3 (our own, from the published specification): the hash of the snapshot tables and
+   of the seen stores' fingerprints, the same function as the xxhash package on the Python
+   side. */
+#include "_xxh3.h"
 
 #define MAX_URL 65536
 
@@ -43,12 +41,9 @@
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH_READ(p) __builtin_prefetch((const void *)(p), 0, 1)
 #define PREFETCH_WRITE(p) __builtin_prefetch((const void *)(p), 1, 1)
-/* used only by the batches built with xxhash.h: no warning in a build without it */
-#define MAYBE_UNUSED __attribute__((unused))
 #else
 #define PREFETCH_READ(p) ((void)(p))
 #define PREFETCH_WRITE(p) ((void)(p))
-#define MAYBE_UNUSED
 #endif
 
 /* The first two cache lines of a str or bytes object: its header and the start of its
@@ -116,7 +111,7 @@ grow_reserve(growbuf *b, size_t extra)
     return 0;
 }
 
-MAYBE_UNUSED static int
+static int
 grow_put(growbuf *b, const void *data, size_t len)
 {
     if (grow_reserve(b, len) < 0) return -1;
@@ -820,7 +815,7 @@ rewrite_and_scan(const unsigned char *s, Py_ssize_t n, int allow_query, unsigned
 
 /* scan_canonical(s), else rewrite_and_scan: 1 with *text and *len set to the
    canonical-form bytes' source (s or buf), 0 for the Python path. */
-MAYBE_UNUSED static int
+static int
 scan_or_rewrite(const unsigned char *s, Py_ssize_t n, int allow_query, unsigned char *buf,
                 const unsigned char **text, Py_ssize_t *len, spans *sp, int how)
 {
@@ -1421,7 +1416,6 @@ slot_home(uint64_t key, uint64_t slots)
 /* A table slot of the compiled rule format: u64 key, u32 value (snapshot.py's _SLOT). */
 #define SLOT 12
 
-#ifdef URLSIEVE_XXHASH
 /* ---------------------------------------------------------------------------------------
  * The compiled rule format's batch lookup (urlsieve/match/snapshot.py; the reference is
  * SnapshotMatcher._best, which the tests hold this equal to). Per URL on the canonical
@@ -2259,7 +2253,6 @@ done:
     if (rows.obj) PyBuffer_Release(&rows);
     return result;
 }
-#endif /* URLSIEVE_XXHASH */
 
 /* Whether the request line s[0:len] has the plain form (see squid_scan): 1 with
    s[*u0:*u1] its URL and *chan its channel ID (-1: none), else 0 (*chan is -1). */
@@ -2384,7 +2377,6 @@ squid_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
-#ifdef URLSIEVE_XXHASH
 /* ---------------------------------------------------------------------------------------
  * squid_reply: a read of Squid request lines answered in one call, line scan, rule lookup
  * and reply (urlsieve/gateway/squid.py; the reference is SquidHelper's Python batch loop,
@@ -2599,9 +2591,7 @@ done:
     line_batch_close(&b);
     return result;
 }
-#endif /* URLSIEVE_XXHASH */
 
-#ifdef URLSIEVE_XXHASH
 /* ---------------------------------------------------------------------------------------
  * filter_reply: `urlsieve filter`'s text output for a read of input lines, in one call
  * (urlsieve/cli/filter.py; the reference is its per-line Python path, which the tests hold
@@ -2710,9 +2700,7 @@ done:
     line_batch_close(&b);
     return result;
 }
-#endif /* URLSIEVE_XXHASH */
 
-#ifdef URLSIEVE_XXHASH
 /* ---------------------------------------------------------------------------------------
  * The seen stores' batch fingerprints (urlsieve/fingerprint.py; the reference is
  * xxhash over canonicalize(url).encode("ascii"), which the tests hold this equal to).
@@ -2836,7 +2824,7 @@ url_runs_hash(url_runs *r, Py_ssize_t k, int bits, uint64_t *o)
     if (bits == 64) {
         o[0] = XXH3_64bits(text, tlen);
     } else {
-        XXH128_hash_t h = XXH3_128bits(text, tlen);
+        us_xxh128 h = XXH3_128bits(text, tlen);
         o[0] = h.high64;
         o[1] = h.low64;
     }
@@ -2986,7 +2974,6 @@ done:
     release_table_args(&a);
     return result;
 }
-#endif /* URLSIEVE_XXHASH */
 
 /* ---------------------------------------------------------------------------------------
  * quote_all(text): text's bytes percent-encoded but A-Z a-z 0-9 _ . - ~, for ASCII text
@@ -3022,7 +3009,6 @@ quote_all(PyObject *module, PyObject *arg)
     return out;
 }
 
-#ifdef URLSIEVE_XXHASH
 /* ---------------------------------------------------------------------------------------
  * snapshot_check: SnapshotMatcher.check_many in one call (its Python body is the
  * reference, which the tests hold this equal to): the lookups of snapshot_match's loop and
@@ -3240,9 +3226,7 @@ done:
     if (mask.obj) PyBuffer_Release(&mask);
     return result;
 }
-#endif /* URLSIEVE_XXHASH */
 
-#ifdef URLSIEVE_XXHASH
 /* ---------------------------------------------------------------------------------------
  * compile_lines: plain list lines straight into the snapshot builder's arrays.
  *
@@ -3423,7 +3407,6 @@ compile_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
-#endif /* URLSIEVE_XXHASH */
 
 /* ---------------------------------------------------------------------------------------
  * table_place(keys, values, table): the open-addressing table of match/snapshot.py's
@@ -3507,7 +3490,6 @@ done:
     return result;
 }
 
-#ifdef URLSIEVE_XXHASH
 /* ---------------------------------------------------------------------------------------
  * snapshot_rules: the Rule objects of rule ids, read from the image in one call
  * (urlsieve/match/snapshot.py; SnapshotMatcher.rule is the reference, which the tests
@@ -3621,7 +3603,40 @@ done:
     PyBuffer_Release(&img);
     return out;
 }
-#endif /* URLSIEVE_XXHASH */
+
+/* xxh3_64(data) / xxh3_128(data): _xxh3.h's hashes of a bytes-like object, for the tests
+   that hold them equal to the xxhash package (xxh3_64_intdigest, xxh3_128_intdigest). */
+static PyObject *
+xxh3_64(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint64_t h = XXH3_64bits(view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLongLong(h);
+}
+
+static PyObject *
+xxh3_128(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    us_xxh128 h = XXH3_128bits(view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    PyObject *high = PyLong_FromUnsignedLongLong(h.high64), *low = NULL, *shift = NULL,
+             *up = NULL, *out = NULL;
+    if (high == NULL) goto done;
+    if ((low = PyLong_FromUnsignedLongLong(h.low64)) == NULL) goto done;
+    if ((shift = PyLong_FromLong(64)) == NULL) goto done;
+    if ((up = PyNumber_Lshift(high, shift)) == NULL) goto done;
+    out = PyNumber_Or(up, low);
+done:
+    Py_XDECREF(high);
+    Py_XDECREF(low);
+    Py_XDECREF(shift);
+    Py_XDECREF(up);
+    return out;
+}
 
 static PyMethodDef methods[] = {
     {"scan_mode", (PyCFunction)(void (*)(void))scan_mode, METH_FASTCALL,
@@ -3655,7 +3670,6 @@ static PyMethodDef methods[] = {
      "exact_insert(table, keys, out) -> int\n\n"
      "Insert keys in order: out flags the new ones; returns how many, -1 when it\n"
      "found the table full."},
-#ifdef URLSIEVE_XXHASH
     {"snapshot_match", (PyCFunction)(void (*)(void))snapshot_match, METH_FASTCALL,
      "snapshot_match(image, layout, urls, mask, out[, canonical[, rows, stride]]) -> int\n\n"
      "Per URL of the list, the id of the deciding rule of a compiled image into out\n"
@@ -3664,8 +3678,6 @@ static PyMethodDef methods[] = {
      "`canonical` as long as urls, each fast-path URL's canonical form is stored in it.\n"
      "With rows (int64 per URL) and stride, URL k uses the mask bytes\n"
      "mask[rows[k]:rows[k] + stride] (a pass list per client)."},
-#endif
-#ifdef URLSIEVE_XXHASH
     {"bloom_urls", (PyCFunction)(void (*)(void))bloom_urls, METH_FASTCALL,
      "bloom_urls(urls, allow_query, keep_port, bits, t, h, out, count)\n"
      "    -> (list[int], list[bool] | None)\n\n"
@@ -3678,26 +3690,20 @@ static PyMethodDef methods[] = {
      "xxh3-64 (bits 64) or xxh3-128 as (high, low) (bits 128) of each fast-path URL's\n"
      "canonical form into out (uint64); returns the positions of the other URLs.\n"
      "keep_port: the profile keeps ports (URLs with one are left to the caller)."},
-#endif
-#ifdef URLSIEVE_XXHASH
     {"compile_lines", (PyCFunction)(void (*)(void))compile_lines, METH_FASTCALL,
      "compile_lines(text, pos, mode, max_lines, rule_id, string_offset, category_id,\n"
      "allow)"
      "-> tuple | None\n\n"
      "The run of plain rule lines of text from pos, as SnapshotBuilder arrays (None when\n"
      "the line at pos is for the line-by-line reader)."},
-#endif
     {"table_place", (PyCFunction)(void (*)(void))table_place, METH_FASTCALL,
      "table_place(keys, values, table) -> None\n\n"
      "Fill table (12-byte slots: u64 key, u32 value) with the (key, value) pairs, linear\n"
      "probing in rounds."},
-#ifdef URLSIEVE_XXHASH
     {"snapshot_rules", (PyCFunction)(void (*)(void))snapshot_rules, METH_FASTCALL,
      "snapshot_rules(image, layout, ids, categories, sources, rule_type, allow, block)\n"
      "-> list[Rule | None]\n\n"
      "The rules of rule ids, read from a compiled image (None: the caller builds it)."},
-#endif
-#ifdef URLSIEVE_XXHASH
     {"snapshot_check", (PyCFunction)(void (*)(void))snapshot_check, METH_FASTCALL,
      "snapshot_check(image, layout, urls, mask, cache_ids, cache_rules, verdict_type, none,\n"
      "action_at)\n"
@@ -3706,7 +3712,11 @@ static PyMethodDef methods[] = {
      "int64, -1 empty, and rules). None where the caller is left to fill:\n"
      "(position, rule id, canonical form) of each rule not in the cache, and the\n"
      "positions of the URLs off the fast path."},
-#endif
+    {"xxh3_64", (PyCFunction)xxh3_64, METH_O,
+     "xxh3_64(data) -> int\n\nXXH3-64 (seed 0) of a bytes-like object, as xxhash.xxh3_64_intdigest."},
+    {"xxh3_128", (PyCFunction)xxh3_128, METH_O,
+     "xxh3_128(data) -> int\n\nXXH3-128 (seed 0) of a bytes-like object, as\n"
+     "xxhash.xxh3_128_intdigest."},
     {"quote_all", (PyCFunction)quote_all, METH_O,
      "quote_all(text) -> str | None\n\n"
      "ASCII text percent-encoded but A-Z a-z 0-9 _ . - ~ (None for non-ASCII text)."},
@@ -3714,7 +3724,6 @@ static PyMethodDef methods[] = {
      "squid_scan(lines, channels, escaped, out) -> list[str | None]\n\n"
      "The URL of each plain Squid request line (None: parse it in Python); out gets\n"
      "the channel IDs (int64, -1 for none)."},
-#ifdef URLSIEVE_XXHASH
     {"squid_reply", (PyCFunction)(void (*)(void))squid_reply, METH_FASTCALL,
      "squid_reply(lines, channels, escaped, image, layout, mask, pieces, unknown)\n"
      "-> tuple[bytes, list[tuple[int, int]], int, int]\n\n"
@@ -3725,7 +3734,6 @@ static PyMethodDef methods[] = {
      "-> tuple[bytes, list[tuple[int, int]]]\n\n"
      "urlsieve filter's text output for input lines in one call; the holes (line,\n"
      "offset) are left for the caller."},
-#endif
     {NULL, NULL, 0, NULL},
 };
 

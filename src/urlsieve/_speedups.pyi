@@ -1,6 +1,6 @@
 # The compiled accelerator's signatures (urlsieve/_speedups.c; each function's doc says
-# what it does). Buffers are numpy arrays or mappings; the functions marked xxhash exist
-# only when the extension was built with xxhash.h.
+# what it does). Buffers are numpy arrays or mappings. Every build has every function
+# (urlsieve._accel.COMPILED_PATHS lists them; an older build may lack some).
 from typing import Any, TypeVar
 
 _T = TypeVar("_T", bound=tuple[Any, ...])
@@ -11,6 +11,8 @@ def url_parts(url: str, allow_query: bool, keep_port: bool, cls: type[_T], /) ->
 def bloom_test(bits: Any, t: int, h: Any, out: Any, /) -> None: ...
 def bloom_insert(bits: Any, t: int, h: Any, out: Any, count: Any, tested: bool = ..., /) -> int: ...
 def scan_mode(name: str | None = ..., /) -> str: ...
+def xxh3_64(data: bytes | bytearray | memoryview, /) -> int: ...
+def xxh3_128(data: bytes | bytearray | memoryview, /) -> int: ...
 def bloom_urls(
     urls: list[str],
     allow_query: bool,

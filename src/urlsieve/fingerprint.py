@@ -67,7 +67,7 @@ def fingerprints128(urls: Iterable[str], profile: Profile = FILTER) -> list[byte
     return [_xxh128(canonicalize(u, profile).encode("ascii")) for u in urls]
 
 
-#: The compiled batch (absent when the extension was built without xxhash.h).
+#: The compiled batch (absent without the extension, or in an older build of it).
 _hashes = getattr(speedups, "canonical_hashes", None)
 #: URLs a compiled call takes at most: a batch is cut into parts this long, so the
 #: working set of a huge call stays in cache (one 1M-URL call was 1.9x slower a URL).

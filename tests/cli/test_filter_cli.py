@@ -280,7 +280,7 @@ def test_filter_compiled_output_equals_the_per_line_path(
     import urlsieve.cli.filter as filter_cli
 
     if _filter_reply is None:
-        missing("urlsieve._speedups was not built with xxhash.h: no compiled filter output")
+        missing("urlsieve._speedups lacks filter_reply: a stale build (urlsieve doctor)")
     (lists / "more.txt").write_text("evil.com/public/a?b\n", "utf-8")
     argv = ["filter", "--lists", str(lists / "bad.txt"), str(lists / "more.txt")]
     argv += [arg for action in sorted(only) for arg in ("--only", action)]
@@ -297,7 +297,7 @@ def test_filter_compiled_output_answers_plain_lines_in_c(lists: Path) -> None:
     """The compiled call writes the plain lines itself (a call that left every line to the
     per-line path would pass the differential test above)."""
     if _filter_reply is None:
-        missing("urlsieve._speedups was not built with xxhash.h: no compiled filter output")
+        missing("urlsieve._speedups lacks filter_reply: a stale build (urlsieve doctor)")
     from urlsieve import Filter
 
     bad = str(lists / "bad.txt")
@@ -341,7 +341,7 @@ def test_filter_compiled_output_answers_plain_lines_in_c(lists: Path) -> None:
 @given(lines=st.lists(st.binary(max_size=100), max_size=10), only=st.integers(0, 7))
 def test_filter_compiled_output_takes_any_bytes(lines: list[bytes], only: int) -> None:
     if _filter_reply is None:
-        missing("urlsieve._speedups was not built with xxhash.h: no compiled filter output")
+        missing("urlsieve._speedups lacks filter_reply: a stale build (urlsieve doctor)")
     from urlsieve import Filter
 
     image = Filter.from_rules(["evil.com", "@@evil.com/ok/"]).compiled

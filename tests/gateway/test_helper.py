@@ -706,7 +706,7 @@ def test_plain_lines_are_answered_by_the_compiled_call_alone() -> None:
     """Every plain line of a read is answered in C: nothing reaches the reference batch
     (a compiled path that gave up on them would pass the differential test above)."""
     if _reply is None:
-        missing("urlsieve._speedups was not built with xxhash.h: no compiled helper batch")
+        missing("urlsieve._speedups lacks squid_reply: a stale build (urlsieve doctor)")
     lines = [
         b"http://evil.com/x 10.0.0.1/- - GET",
         b"3 http://www.evil.com/%2e%2e/a 10.0.0.1/- - GET\r",
@@ -733,7 +733,7 @@ def test_plain_lines_are_answered_by_the_compiled_call_alone() -> None:
 
 def test_the_compiled_call_leaves_what_the_reference_must_answer() -> None:
     if _reply is None:
-        missing("urlsieve._speedups was not built with xxhash.h: no compiled helper batch")
+        missing("urlsieve._speedups lacks squid_reply: a stale build (urlsieve doctor)")
     lines = [
         b"http://evil.com/ 10.0.0.1",  # block page needs %a: the reference renders it
         b"",  # not a request: BH
@@ -759,7 +759,7 @@ def test_the_compiled_call_leaves_what_the_reference_must_answer() -> None:
 
 def test_the_compiled_call_refuses_misuse() -> None:
     if _reply is None:
-        missing("urlsieve._speedups was not built with xxhash.h: no compiled helper batch")
+        missing("urlsieve._speedups lacks squid_reply: a stale build (urlsieve doctor)")
     image = rules_filter().compiled
     assert image is not None
     args = [[b"http://evil.com/"], 2, False, image.view, image.layout, None, (("x",),), False]
@@ -795,7 +795,7 @@ def test_the_compiled_call_takes_any_bytes(
 ) -> None:
     """Arbitrary bytes never crash it; each answered line gets one ASCII reply line."""
     if _reply is None:
-        missing("urlsieve._speedups was not built with xxhash.h: no compiled helper batch")
+        missing("urlsieve._speedups lacks squid_reply: a stale build (urlsieve doctor)")
     image = rules_filter().compiled
     assert image is not None
     pieces = (('OK url="http://b/?u=', '"\n'), None)

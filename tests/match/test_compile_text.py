@@ -33,7 +33,7 @@ from urlsieve.rules.readers import LineContext
 @pytest.fixture
 def compiled() -> None:
     if speedups is None or not hasattr(speedups, "compile_lines"):
-        missing("urlsieve._speedups built without xxhash.h (libxxhash-dev): no list reader")
+        missing("urlsieve._speedups not built, or a stale build: no list reader (urlsieve doctor)")
 
 
 # Lines near the edge of what the compiled reader takes, each a few bytes from a line it
@@ -292,7 +292,7 @@ def test_compile_lines_takes_any_arguments_without_crashing(  # noqa: PLR0917
 def test_a_random_list_compiles_to_the_same_snapshot_either_way(tmp_path: Path) -> None:
     """A larger list, many runs and chunks (the chunk made small), against the reference."""
     if speedups is None or not hasattr(speedups, "compile_lines"):
-        missing("urlsieve._speedups built without xxhash.h (libxxhash-dev): no list reader")
+        missing("urlsieve._speedups not built, or a stale build: no list reader (urlsieve doctor)")
     rnd = random.Random(7)
     lines = []
     for _ in range(5000):

@@ -28,7 +28,7 @@ from urlsieve.rules.model import ALLOW, BLOCK, Rule, RuleSyntaxError, parse_rule
 def compiled() -> None:
     """The compiled batch path must be there to be compared (CI builds it: see .ci/run)."""
     if speedups is None or not hasattr(speedups, "snapshot_match"):
-        missing("urlsieve._speedups built without xxhash.h (libxxhash-dev): no batch path")
+        missing("urlsieve._speedups not built, or a stale build: no batch path (urlsieve doctor)")
 
 
 CATEGORIES = ["c0", "c1", "c2", "c3"]
@@ -444,7 +444,7 @@ def _python_check_many(
 def _compiled_check() -> Any:
     fn = getattr(speedups, "snapshot_check", None)
     if fn is None:
-        missing("urlsieve._speedups was not built with xxhash.h: no compiled check_many")
+        missing("urlsieve._speedups lacks snapshot_check: a stale build (urlsieve doctor)")
     return fn
 
 
@@ -768,7 +768,7 @@ _ODD_RULES = [
 )
 def test_rules_read_in_c_equal_the_python_reader(patterns: list[str], seed: int) -> None:
     if not hasattr(speedups, "snapshot_rules"):
-        missing("urlsieve._speedups was not built with xxhash.h: no compiled rule reader")
+        missing("urlsieve._speedups lacks snapshot_rules: a stale build (urlsieve doctor)")
     rules = rules_from(patterns, seed)
     rules.append(parse_rule("nosource.example/x", ALLOW, "c1"))  # no source, no line
     matcher = SnapshotMatcher.from_rules(rules)

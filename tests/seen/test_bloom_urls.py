@@ -20,7 +20,7 @@ from urlsieve.seen.bloom import BloomStore
 
 speedups = pytest.importorskip("urlsieve._speedups", reason="built without a C compiler")
 if not hasattr(speedups, "bloom_urls"):
-    missing("urlsieve._speedups built without xxhash.h (libxxhash-dev)")
+    missing("urlsieve._speedups lacks bloom_urls: a stale build (urlsieve doctor)", module=True)
 
 # URLs on the fast path, URLs the rewrite brings to it, and URLs only Python canonicalises
 # (a host with an escape or beyond ASCII, a port kept by no profile here, "%3F" ...).

@@ -297,32 +297,48 @@ def test_misuse_is_a_type_error(
         compiled(*args)
 
 
-_NO_XXHASH_RUN = r"""
+_BUILT_RUN = r"""
 import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("urlsieve._speedups", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)  # an unresolved symbol fails here, at load
 sys.modules["urlsieve._speedups"] = module
+import xxhash
 from urlsieve import Filter, canonicalize
+from urlsieve._accel import report
 from urlsieve.url import parse
-assert parse.ACCELERATED and not hasattr(module, "snapshot_match"), "not the build asked for"
+state = report()
+assert state.full and parse.ACCELERATED, state.lines()
+assert state.where == sys.argv[1], state.where
+data = bytes(range(256)) * 20
+for n in (0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 1024, 1025, 2048, 4096, 5000):
+    assert module.xxh3_64(data[:n]) == xxhash.xxh3_64_intdigest(data[:n]), n
+    assert module.xxh3_128(data[:n]) == xxhash.xxh3_128_intdigest(data[:n]), n
 urls = json.loads(sys.argv[2])
 flt = Filter.from_lists([sys.argv[3]], [sys.argv[3] + "/allowed"])
 print(json.dumps([[canonicalize(u), flt.check(u).action] for u in urls]))
 """
 
 
-def test_the_extension_builds_and_loads_without_xxhash_h(tmp_path: Path) -> None:
-    """setup.py builds without the hashing batches when xxhash.h is absent: that build must
-    still load (a helper the batches share once left it with an unresolved symbol, and the
-    import fell back to pure Python everywhere) and answer as the reference does."""
+@pytest.mark.parametrize(
+    "defines",
+    [[], ["-DURLSIEVE_XXH3_PORTABLE"]],
+    ids=["default", "portable-xxh3"],
+)
+def test_the_extension_builds_from_its_own_sources_with_every_path(
+    tmp_path: Path, defines: list[str]
+) -> None:
+    """The extension needs a C compiler and Python's headers, nothing else: compiled from
+    _speedups.c alone (no -I but Python's, warnings as errors) it loads with every compiled
+    path, hashes as the xxhash package does and answers as the reference. The portable
+    variant is the XXH3 a target without SSE2 or a 128-bit integer type builds."""
     if not _can_build():
         missing("no C compiler or Python headers: the extension cannot be built")
     source = Path(parse.__file__).parents[1] / "_speedups.c"
-    so = tmp_path / "_speedups_no_xxhash.so"
+    so = tmp_path / "_speedups_own.so"
     compiler = (sysconfig.get_config_var("CC") or "cc").split()
     include = sysconfig.get_paths()["include"]
-    build = [*compiler, "-O1", "-Wall", "-Werror", "-fPIC", "-shared", f"-I{include}"]
+    build = [*compiler, "-O1", "-Wall", "-Werror", "-fPIC", "-shared", f"-I{include}", *defines]
     command = [*build, str(source), "-o", str(so)]
     done = subprocess.run(command, check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -336,7 +352,36 @@ def test_the_extension_builds_and_loads_without_xxhash_h(tmp_path: Path) -> None
     ]
     flt = Filter.from_lists([lists], [lists / "allowed"])
     expected = [[canonicalize(u), flt.check(u).action] for u in urls]
-    run = [sys.executable, "-c", _NO_XXHASH_RUN, str(so), json.dumps(urls), str(lists)]
+    run = [sys.executable, "-c", _BUILT_RUN, str(so), json.dumps(urls), str(lists)]
     done = subprocess.run(run, check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == expected
+
+
+def test_a_rebuild_never_reuses_an_extension_left_in_build(tmp_path: Path) -> None:
+    """setup.py compiles the extension on every build: one left in build/ by an earlier
+    build (other flags, other sources) is never taken as up to date."""
+    if not _can_build():
+        missing("no C compiler or Python headers: the extension cannot be built")
+    root = Path(parse.__file__).parents[3]
+    if not (root / "setup.py").is_file():
+        pytest.skip("not a source checkout: no setup.py to build with")
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(root / name, tmp_path / name)
+    shutil.copytree(
+        root / "src" / "urlsieve",
+        tmp_path / "src" / "urlsieve",
+        ignore=shutil.ignore_patterns("*.so", "__pycache__"),
+    )
+    env = {**os.environ, "CFLAGS": "-O0"}
+    build = [sys.executable, "setup.py", "build_ext", "--build-lib", "out", "--build-temp", "tmp"]
+    outputs = []
+    for _ in range(2):
+        done = subprocess.run(
+            build, cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout + done.stderr)
+    assert "up-to-date" not in outputs[1]
+    assert "building 'urlsieve._speedups' extension" in outputs[1]
+    assert list((tmp_path / "out" / "urlsieve").glob("_speedups*.so"))

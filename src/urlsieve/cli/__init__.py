@@ -12,12 +12,12 @@ import os
 import sys
 from collections.abc import Sequence
 
-from urlsieve import __version__
 from urlsieve.cli import (
     canon,
     check,
     dedup,
     demo,
+    doctor,
     explain,
     import_cmd,
     learn,
@@ -33,6 +33,7 @@ __all__ = ["build_parser", "console_main", "main"]
 
 SUBCOMMANDS = (
     demo,
+    doctor,
     canon,
     check,
     explain,
@@ -51,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="urlsieve",
         description="Fast, bypass-proof URL filtering and de-duplication.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # --version's lines kept
     )
-    parser.add_argument("--version", action="version", version=f"urlsieve {__version__}")
+    parser.add_argument("--version", action="version", version=doctor.version_text())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in SUBCOMMANDS:
         module.register(sub)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from urlsieve._accel import slow_path_message
 from urlsieve.exceptions import ConfigError, InvalidURL, LearnError
 
 __all__ = ["register"]
@@ -116,6 +117,8 @@ def _run(args: argparse.Namespace) -> int:
     def log(message: str) -> None:
         print(f"urlsieve learn: {message}", file=sys.stderr, flush=True)
 
+    if (slow := slow_path_message()) is not None:
+        log(slow)
     classifier = None
     if not args.crawl_only:
         phrases = PhraseSet.load(

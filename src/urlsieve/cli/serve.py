@@ -9,6 +9,7 @@ import tomllib
 from collections.abc import Callable
 from typing import Any
 
+from urlsieve._accel import slow_path_message
 from urlsieve.cli._gateway import add_rule_options, rule_overrides, unknown_feed
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import GatewayConfig, load_config, parse_bind
@@ -63,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     def log(message: str) -> None:
         print(f"urlsieve serve: {message}", file=sys.stderr, flush=True)
 
+    if (slow := slow_path_message()) is not None:
+        log(slow)
     limits = ServiceLimits()
     admin = learn_admin(config, log)
     feed = unknown_feed(config, log)

@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import Any
 
+from urlsieve._accel import slow_path_message
 from urlsieve.cli._gateway import add_rule_options, rule_overrides, unknown_feed
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import FailureMode, load_config
@@ -65,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     }
     config = load_config(args.config, env=os.environ, overrides=overrides, helper=True)
     log = stderr_logger("urlsieve squid-helper")
+    if (slow := slow_path_message()) is not None:
+        log(slow)
     policy = policy_loader(config, log)
     rules = LiveRules(
         policy or filter_loader(config, log),

@@ -167,8 +167,8 @@ _QUERY_BIT = 1 << 31
 _DEEP_BIT = 30  # depths >= 30 share one bit
 
 _hash = xxhash.xxh3_64_intdigest
-# The compiled batch lookup and list reader (absent when the extension was built
-# without xxhash.h), and the table layout.
+# The compiled batch lookup and list reader (absent without the extension, or in an
+# older build of it), and the table layout.
 _match = getattr(speedups, "snapshot_match", None)
 # check_many in one call: the lookups and the verdicts (reference: its Python loop).
 _check = getattr(speedups, "snapshot_check", None)

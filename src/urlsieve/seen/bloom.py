@@ -94,7 +94,7 @@ MAX_LAYERS = (HEADER_SIZE - _LAYER_TABLE) // _LAYER_SIZE
 Flags = npt.NDArray[np.bool_]
 Blocks = npt.NDArray[np.intp]
 
-#: Fingerprints and test of a list of URLs in one compiled pass (absent without xxhash.h).
+#: Fingerprints and test of a list of URLs in one compiled pass (None without the extension).
 _bloom_urls = getattr(speedups, "bloom_urls", None)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from urlsieve._accel import report as _acceleration
 from urlsieve._accel import speedups
 from urlsieve.exceptions import InvalidURL
 from urlsieve.url.host import is_ipv4, normalise_ipv6
@@ -215,8 +216,9 @@ def fast_canonical_py(url: str, allow_query: bool) -> str | None:
     return m.string
 
 
-#: Whether the compiled fast path is in use (set URLSIEVE_PURE_PYTHON=1 to turn it off).
-ACCELERATED = speedups is not None
+#: Whether every compiled path is in use (False without the extension, with
+#: URLSIEVE_PURE_PYTHON=1, or with an extension that lacks some: ``urlsieve doctor`` says which).
+ACCELERATED = _acceleration().full
 # The compiled fast path of canonicalize and parse_url: the scan, then the near-canonical
 # rewrite of the default steps (the C twin of _parse_slow for the spellings it covers;
 # the tests hold the two equal). Without it: the _FAST regex, then _parse_slow.
