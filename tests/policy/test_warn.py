@@ -4,6 +4,7 @@ Valkey server), expire, and an unreachable store shows the warning again."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -166,11 +167,14 @@ def test_the_service_continue_endpoint(tmp_path: Path) -> None:
         assert r.status_code == 422 and "set-cookie" not in r.headers  # never a split header
         r = kid.get("/v1/continue", params={"url": "http://evil.test/"}, follow_redirects=False)
         assert r.status_code == 409  # not behind a warning: never an open redirect
-        r = kid.get(
-            "/v1/continue",
-            params={"url": "http://social.example:8080/a/../b"},
-            follow_redirects=False,
-        )
+        url = "http://social.example:8080/a/../b"
+        page = kid.get("/v1/continue", params={"url": url}, follow_redirects=False)
+        assert page.status_code == 200  # the confirmation page: nothing granted yet
+        r = kid.get("/v1/check", params={"url": "http://social.example/y"})
+        assert r.json()["action"] == "warn"
+        token = re.search(r'name="token" value="([^"]+)"', page.text)
+        assert token is not None
+        r = kid.post("/v1/continue", data={"url": url, "token": token[1]}, follow_redirects=False)
         assert r.status_code == 303
         assert r.headers["location"] == "http://social.example:8080/a/../b"  # as asked
         assert r.headers["x-urlsieve-granted"] == "social.example"

@@ -26,8 +26,10 @@ def register(sub: Any) -> None:
         "serve",
         help="run the HTTP lookup service",
         description=(
-            "Serve GET/POST /v1/check, GET /v1/explain, POST /v1/seen, GET /metrics, "
-            "GET /healthz and POST /v1/reload (token) on uvicorn; with a [learn] section "
+            "Serve GET/POST /v1/check, GET /v1/explain, GET/POST /v1/continue (a "
+            "policy's warnings), POST /v1/seen, GET /metrics, GET /healthz and POST "
+            "/v1/reload (token) on uvicorn (its proxy headers off: only "
+            "service.trusted_proxies may name a client); with a [learn] section "
             "and a token, the review endpoints /v1/learn/* too. SIGHUP reloads the "
             "rules (the old ones stay on failure); SIGINT/SIGTERM stop. Needs "
             "pip install 'urlsieve[service]'."

@@ -11,7 +11,18 @@ held-open connections that never send one. :class:`GuardedH11Protocol` adds:
   request) to the end of the headers: ``408`` and close after
   :attr:`ServiceLimits.header_timeout`;
 - a connection cap: a connection beyond :attr:`ServiceLimits.max_connections`
-  is answered ``503`` and closed as soon as it is accepted.
+  is answered ``503`` and closed as soon as it is accepted;
+- one framing per request: h11 reads a request with both ``Transfer-Encoding``
+  and ``Content-Length`` by its chunks (and runs whatever follows the last chunk
+  as the next request), and folds repeated equal lengths into one. A request
+  whose head frames it two ways (:func:`~urlsieve.gateway.headers.framing_problem`,
+  on the head as received) is answered ``400`` and the connection closed before
+  the application sees it, so nothing after it on the connection is run.
+
+uvicorn's proxy-header handling is off (``proxy_headers=False``; it is on by
+default and, trusting 127.0.0.1, lets a local client set its address with
+``X-Forwarded-For``): the application reads a trusted proxy's header itself
+(``service.trusted_proxies``, ``service.client_header``).
 
 :func:`serve` binds the socket itself, so an address in use is a
 :class:`ConfigError` (``urlsieve serve`` exits 2) rather than uvicorn's exit 3.
@@ -27,12 +38,14 @@ from typing import Any, ClassVar
 
 import h11
 import uvicorn
+from h11._receivebuffer import ReceiveBuffer
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from urlsieve.exceptions import ConfigError
+from urlsieve.gateway.headers import framing_problem
 from urlsieve.gateway.service import ServiceLimits
 
-__all__ = ["GuardedH11Protocol", "guarded_protocol", "listen", "serve"]
+__all__ = ["GuardedH11Protocol", "OneFramingConnection", "guarded_protocol", "listen", "serve"]
 
 
 def _reply(status: str, code: str, detail: str) -> bytes:
@@ -44,15 +57,79 @@ def _reply(status: str, code: str, detail: str) -> bytes:
     return head.encode("ascii") + body
 
 
+class _HeadRecorder(ReceiveBuffer):
+    """h11's receive buffer, keeping the lines of the last head it gave h11: h11 passes on
+    a request's headers with equal lengths folded, and the raw head says what was sent."""
+
+    head: list[bytearray] | None = None
+
+    def maybe_extract_lines(self) -> list[bytearray] | None:
+        lines = super().maybe_extract_lines()
+        if lines is not None:
+            self.head = lines
+        return lines
+
+
+def _fields(head: list[bytearray]) -> list[tuple[bytes, bytes]]:
+    """(name, value) of a head's header lines (a folded continuation line is no field)."""
+    return [
+        (bytes(line.partition(b":")[0]), bytes(line.partition(b":")[2]))
+        for line in head[1:]
+        if not line.startswith((b" ", b"\t"))
+    ]
+
+
+class OneFramingConnection(h11.Connection):
+    """An h11 server connection that refuses a request its head frames two ways, with
+    :class:`h11.RemoteProtocolError` (uvicorn answers 400 and closes); :attr:`refusal`
+    is the error code and why, for this and for h11's own refusals."""
+
+    def __init__(self, max_incomplete_event_size: int) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size=max_incomplete_event_size)
+        if not isinstance(getattr(self, "_receive_buffer", None), ReceiveBuffer):
+            raise RuntimeError("this h11 keeps its receive buffer elsewhere: cannot see heads")
+        self._heads = _HeadRecorder()
+        self._receive_buffer = self._heads
+        self.refusal: tuple[str, str] | None = None
+
+    def next_event(self) -> Any:
+        try:
+            event = super().next_event()
+        except h11.RemoteProtocolError as exc:
+            self.refusal = ("bad_request", str(exc))
+            raise
+        if isinstance(event, h11.Request):
+            head = self._heads.head
+            problem = (
+                "the request head was not seen"
+                if head is None
+                else framing_problem(event.http_version.decode("ascii"), _fields(head))
+            )
+            self._heads.head = None
+            if problem is not None:
+                self.refusal = ("ambiguous_framing", problem)
+                raise h11.RemoteProtocolError(problem, error_status_hint=400)
+        return event
+
+
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a header timeout and a connection cap (see the module)."""
+    """uvicorn's h11 protocol with a header timeout, a connection cap and one framing
+    per request (see the module)."""
 
     limits: ClassVar[ServiceLimits] = ServiceLimits()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.conn = OneFramingConnection(self.limits.max_header_bytes)
         self._header_timer: asyncio.TimerHandle | None = None
         self._refused = False
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request h11 (or the framing check) refuses: 400 with the
+        reason as the service's JSON error, and the connection closed."""
+        code, detail = getattr(self.conn, "refusal", None) or ("bad_request", msg)
+        self.transport.write(_reply("400 Bad Request", code, detail[:500]))
+        self.transport.close()
 
     def connection_made(  # type: ignore[override]
         self, transport: asyncio.Transport
@@ -156,6 +233,7 @@ def serve(
         app,
         http=guarded_protocol(limits),
         lifespan="on",
+        proxy_headers=False,  # the application reads a trusted proxy's header itself
         log_level=log_level,
         timeout_keep_alive=limits.keep_alive,
         h11_max_incomplete_event_size=limits.max_header_bytes,

@@ -6,7 +6,8 @@ Endpoints (the OpenAPI document is served at ``/openapi.json``):
 ``GET /v1/check``      ``?url=``: the verdict for one URL
 ``POST /v1/check``     ``{"urls": [...]}``: verdicts for a batch (at most 10,000)
 ``GET /v1/explain``    ``?url=``: canonical form, expressions probed, deciding rule
-``GET /v1/continue``   ``?url=``: continue past a policy warning (grant, then 303 to it)
+``GET /v1/continue``   ``?url=``: the confirmation page of a policy warning (no grant)
+``POST /v1/continue``  the page's form (``url``, ``token``): grant, then 303 to the URL
 ``POST /v1/seen``      ``{"op": "add"|"test", "urls": [...]}`` on the configured seen store
 ``GET /metrics``       Prometheus text: requests, decisions, latency, snapshot version/age
 ``GET /healthz``       200 when rules are loaded, 503 (with the reason) when not
@@ -39,15 +40,19 @@ import; reloads (file change, SIGHUP, ``POST /v1/reload``) run off the event loo
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import hmac
+import html
 import json
 import math
+import secrets
 import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import unquote_to_bytes
 
@@ -56,7 +61,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -65,6 +70,13 @@ from urlsieve.exceptions import ConfigError, InvalidURL, LearnError, StoreError
 from urlsieve.filter import Filter
 from urlsieve.fingerprint import canonical_bytes
 from urlsieve.gateway.config import GatewayConfig
+from urlsieve.gateway.headers import (
+    FORWARDING_HEADERS,
+    address_key,
+    framing_problem,
+    last_named,
+    named_addresses,
+)
 from urlsieve.gateway.learning import ACTIONS, SOURCES, LearnAdmin
 from urlsieve.gateway.live import LiveRules, NoRules
 from urlsieve.gateway.metrics import CONTENT_TYPE, Metrics
@@ -92,6 +104,10 @@ MIN_CHECK_SECONDS = 0.1
 LEARN_PAGE = 100
 MAX_LEARN_PAGE = 1000
 MAX_LEARN_OFFSET = 10**9
+#: Seconds the confirmation page of a warning (``GET /v1/continue``) stays good for.
+CONFIRM_SECONDS = 600
+#: Bytes of the confirmation form (``POST /v1/continue``: the URL and the token).
+MAX_CONFIRM_BODY = 64 << 10
 #: The fields a learn write body may hold, per endpoint.
 _LEARN_FIELDS = {
     "allow": ("url", "note"),
@@ -142,6 +158,8 @@ class ServiceState:
     block_unknown: bool = False
     #: The learned verdicts, for review and override (``/v1/learn/*``); None: off.
     learn: LearnAdmin | None = None
+    #: What continue confirmations are signed with (:func:`continue_key`).
+    continue_key: bytes = field(default_factory=lambda: continue_key(None))
 
 
 class Reloader:
@@ -262,19 +280,42 @@ def _rules(state: ServiceState) -> Filter:
     return _filter_of(_loaded(state))
 
 
-def _peer_trusted(request: Request, state: ServiceState) -> bool:
+def _peer(request: Request, state: ServiceState) -> str | None:
+    """The peer address the server gives (``scope["client"]``); 403 when a forwarding
+    header names it: that is the mark of a server that took the address from the header
+    (uvicorn's ``proxy_headers``), so it may be any client's claim."""
     client = request.scope.get("client")
-    host = client[0] if client else None
-    return bool(host) and host in state.trusted
+    host: str | None = client[0] if client else None
+    if not host:
+        return None
+    key = address_key(host)
+    headers = set(FORWARDING_HEADERS)
+    if state.client_header:
+        headers.add(state.client_header.lower())
+    for header in sorted(headers):
+        named = named_addresses(header, request.headers.getlist(header))
+        if any(address_key(address) == key for address in named):
+            raise ApiError(
+                403,
+                "forwarded_peer",
+                f"the peer address {host[:64]!r} is one that {header} names: the server in "
+                "front of the application took it from that header. Run it with its "
+                "proxy-header handling off (uvicorn: --no-proxy-headers, "
+                "proxy_headers=False; urlsieve serve does) and list the proxy in "
+                "service.trusted_proxies (with service.client_header) instead",
+            )
+    return host
 
 
 def _who(request: Request, state: ServiceState, body: dict[str, Any] | None = None) -> Who:
     """Who asks, for a policy: the TCP peer's address, unless the peer is a trusted proxy
     (``service.trusted_proxies``), whose word is taken from ``?client=``/``?user=``/
-    ``?client_name=`` (or the body's fields), else from the configured headers. An
-    untrusted caller cannot claim to be another client: its fields are refused (403)."""
-    peer = request.scope.get("client")
-    fields: dict[str, str | None] = {"client": peer[0] if peer else None}
+    ``?client_name=`` (or the body's fields), else from the configured headers (of
+    ``service.client_header``, the last address: the one the proxy appended). An
+    untrusted caller cannot claim to be another client: its fields are refused (403), its
+    forwarding headers are ignored."""
+    peer = _peer(request, state)
+    fields: dict[str, str | None] = {"client": peer}
     given: dict[str, str] = {}
     query = request.scope.get("query_string", b"")
     for name in ("client", "user", "client_name"):
@@ -285,7 +326,7 @@ def _who(request: Request, state: ServiceState, body: dict[str, Any] | None = No
             raise ApiError(400, "repeated_field", f"{name} is given {len(values)} times")
         if values:
             given[name] = values[0].decode("utf-8", "replace")[:256]
-    trusted = _peer_trusted(request, state)
+    trusted = peer is not None and peer in state.trusted
     headed = {
         name
         for name, header in (("client", state.client_header), ("user", state.user_header))
@@ -307,12 +348,15 @@ def _who(request: Request, state: ServiceState, body: dict[str, Any] | None = No
             f"{', '.join(sorted(given))} may only be set by a trusted proxy "
             "(service.trusted_proxies); the peer address is used otherwise",
         )
-    if trusted:
-        for name, header in (("client", state.client_header), ("user", state.user_header)):
-            if header and name not in given:
-                value = request.headers.get(header)
-                if value:  # X-Forwarded-For: the address the proxy saw, the last one
-                    given[name] = value.split(",")[-1].strip()[:256]
+    if trusted and state.client_header and "client" not in given:
+        named = last_named(state.client_header, request.headers.getlist(state.client_header))
+        if named:
+            given["client"] = named[:256]
+    if trusted and state.user_header and "user" not in given:
+        lines = request.headers.getlist(state.user_header)
+        user = lines[-1].rpartition(",")[2].strip() if lines else ""
+        if user:
+            given["user"] = user[:256]
     fields.update(given)
     return Who(fields.get("client"), fields.get("client_name"), fields.get("user"))
 
@@ -371,19 +415,23 @@ def _url_param(request: Request) -> str:
             "repeated_url",
             f"?url= is given {len(values)} times: pass one URL (POST /v1/check takes a batch)",
         )
-    raw = values[0] if values else b""
+    url = _decoded_url(values[0] if values else b"", "?url=")
+    if not url.strip():
+        raise ApiError(400, "missing_url", "pass the URL to check as ?url=…")
+    return url
+
+
+def _decoded_url(raw: bytes, where: str) -> str:
+    """A percent-decoded URL as UTF-8; 400 saying where and which byte otherwise."""
     try:
-        url = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ApiError(
             400,
             "invalid_query",
-            f"?url= is not UTF-8 once percent-decoded (byte 0x{raw[exc.start]:02x} at "
+            f"{where} is not UTF-8 once percent-decoded (byte 0x{raw[exc.start]:02x} at "
             f"offset {exc.start}): percent-encode the URL's own escapes (%FF as %25FF)",
         ) from None
-    if not url.strip():
-        raise ApiError(400, "missing_url", "pass the URL to check as ?url=…")
-    return url
 
 
 def _declared_length(request: Request, limit: int) -> int | None:
@@ -622,29 +670,141 @@ async def check_batch(request: Request) -> Response:
     return await _off_loop(cost, JSONResponse, {"results": results})
 
 
-async def continue_warned(request: Request) -> Response:
-    """``GET /v1/continue?url=``: the client chose to continue past a warning; it is let
-    through to the URL's site for the policy's warn time, then sent on to the URL (303)."""
-    state = _state(request)
-    url = _url_param(request)
-    loaded = _loaded(state)
-    if not isinstance(loaded, PolicyEngine) or loaded.grants is None:
-        raise ApiError(404, "no_warn_store", "no policy with a warn_store is configured")
+def _http_url(url: str) -> str:
+    """``url`` when it is an http(s) URL of printable ASCII (it goes into a Location
+    header and a page as it is), else :class:`ApiError` 422."""
     if not url.lower().startswith(("http://", "https://")) or not (
         url.isascii() and url.isprintable() and " " not in url
     ):
         raise ApiError(
             422, "invalid_url", "continue takes an http(s) URL of printable ASCII (escaped)"
         )
+    return url
+
+
+async def _warning(
+    request: Request, state: ServiceState, url: str
+) -> tuple[PolicyEngine, Who, Decision]:
+    """The policy, who asks and the warning they get for ``url``: 404 without a warn
+    store, 409 when ``url`` is not behind a warning for them (never an open redirect)."""
+    loaded = _loaded(state)
+    if not isinstance(loaded, PolicyEngine) or loaded.grants is None:
+        raise ApiError(404, "no_warn_store", "no policy with a warn_store is configured")
+    _http_url(url)
     who = _who(request, state)
     try:
-        # Only past a warning this client gets for this URL: never an open redirect.
         decided = await run_in_threadpool(loaded.decide, url, who)
-        if decided.action != WARN:
-            raise ApiError(
-                409, "not_warned", f"{url[:200]!r} is not behind a warning for this client"
-            )
-        site, _canonical = await run_in_threadpool(loaded.grant, url, who)
+    except InvalidURL as exc:
+        raise ApiError(422, "invalid_url", f"{exc.reason}: {url[:200]!r}") from None
+    except StoreError as exc:
+        raise ApiError(503, "warn_store_unavailable", str(exc)) from None
+    if decided.action != WARN:
+        raise ApiError(409, "not_warned", f"{url[:200]!r} is not behind a warning for this client")
+    return loaded, who, decided
+
+
+def continue_key(token: str | None) -> bytes:
+    """The key continue confirmations are signed with: drawn at random for one process,
+    or derived from the service token when one is set (services sharing the token accept
+    each other's confirmations, e.g. behind a load balancer)."""
+    if token is None:
+        return secrets.token_bytes(32)
+    return hmac.new(token.encode(), b"urlsieve continue confirmation", hashlib.sha256).digest()
+
+
+def confirmation(key: bytes, who: Who, url: str, expires: int) -> str:
+    """The token of a continue confirmation: ``url`` for ``who`` until ``expires`` (Unix
+    time), signed with ``key``."""
+    message = json.dumps(["continue", list(who), url, expires]).encode()
+    digest = hmac.new(key, message, hashlib.sha256).digest()
+    return f"{expires}.{base64.urlsafe_b64encode(digest).decode('ascii').rstrip('=')}"
+
+
+def _confirmed(key: bytes, who: Who, url: str, token: bytes) -> bool:
+    """Whether ``token`` confirms ``url`` for ``who`` and has not expired."""
+    expires, _, _digest = token.partition(b".")
+    if not (expires.isdigit() and len(expires) <= 12) or int(expires) < time.time():
+        return False
+    expected = confirmation(key, who, url, int(expires)).encode("ascii")
+    return hmac.compare_digest(token, expected)
+
+
+def _confirmation_page(url: str, category: str | None, minutes: int, token: str) -> str:
+    shown = html.escape(url, quote=True)
+    what = html.escape(category or "a warned category", quote=True)
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        "<title>Continue past the warning?</title></head><body>\n"
+        f"<h1>This site is in {what}</h1>\n"
+        f"<p>You were warned about <code>{shown}</code>. Continue, and the site is let "
+        f"through for you for {minutes} minutes.</p>\n"
+        '<form method="post" action="continue">'
+        f'<input type="hidden" name="url" value="{shown}">'
+        f'<input type="hidden" name="token" value="{token}">'
+        '<button type="submit">Continue to the site</button></form>\n</body></html>\n'
+    )
+
+
+#: The confirmation page is never framed, cached, or sent on as a referrer.
+_PAGE_HEADERS = {
+    "cache-control": "no-store",
+    "content-security-policy": "default-src 'none'; frame-ancestors 'none'; base-uri 'none'",
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
+
+
+async def continue_page(request: Request) -> Response:
+    """``GET /v1/continue?url=``: the confirmation page for a warning this client gets
+    (the warning page links here). It grants nothing: its form posts the URL back with a
+    token tied to this client and this URL, for :data:`CONFIRM_SECONDS`."""
+    state = _state(request)
+    url = _url_param(request)
+    engine, who, decided = await _warning(request, state, url)
+    token = confirmation(state.continue_key, who, url, int(time.time()) + CONFIRM_SECONDS)
+    minutes = max(1, engine.policy.warn_seconds // 60)
+    page = _confirmation_page(url, decided.category, minutes, token)
+    return HTMLResponse(page, headers=_PAGE_HEADERS)
+
+
+def _form_field(body: bytes, name: str) -> bytes:
+    values = _query_values(body, name.encode())
+    if len(values) != 1:
+        raise ApiError(
+            400, "invalid_form", f"the form must hold {name} once (it holds it {len(values)} times)"
+        )
+    return values[0]
+
+
+async def continue_warned(request: Request) -> Response:
+    """``POST /v1/continue`` (the confirmation page's form: ``url``, ``token``): the client
+    chose to continue past a warning; it is let through to the URL's site for the
+    policy's warn time, then sent on to the URL (303). Refused (403) without the token
+    the page gave this client for this URL, and from another site's page."""
+    state = _state(request)
+    fetched_from = request.headers.get("sec-fetch-site")
+    if fetched_from is not None and fetched_from != "same-origin":
+        raise ApiError(
+            403,
+            "cross_site_continue",
+            f"a continue is posted by the service's own page, not from a {fetched_from[:20]!r} "
+            "one: open the warning's link",
+        )
+    limits = replace(state.limits, max_body=min(state.limits.max_body, MAX_CONFIRM_BODY))
+    body = await _read_body(request, limits)
+    url = _decoded_url(_form_field(body, "url"), "the form's url")
+    token = _form_field(body, "token")
+    engine, who, _decided = await _warning(request, state, url)
+    if not _confirmed(state.continue_key, who, url, token):
+        raise ApiError(
+            403,
+            "unconfirmed_continue",
+            "the confirmation is missing, expired or was given to another client or URL: "
+            "open the warning's link again",
+        )
+    try:
+        site, _canonical = await run_in_threadpool(engine.grant, url, who)
     except InvalidURL as exc:
         raise ApiError(422, "invalid_url", f"{exc.reason}: {url[:200]!r}") from None
     except StoreError as exc:
@@ -1013,6 +1173,25 @@ class _Timing:
                 )
 
 
+class _OneFraming:
+    """ASGI middleware: a request whose headers frame it two ways (both
+    ``Transfer-Encoding`` and ``Content-Length``, two lengths, two hosts) is answered 400
+    and its connection closed before any handler runs. ``urlsieve serve`` refuses such a
+    request as it arrives; this is for the application under any other server."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            problem = framing_problem(scope.get("http_version", "1.1"), scope.get("headers", ()))
+            if problem is not None:
+                response = _error(400, "ambiguous_framing", problem, close=True)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _wrap(handler: Callable[[Request], Awaitable[Response]]) -> Callable[..., Any]:
     async def endpoint(request: Request) -> Response:
         try:
@@ -1036,7 +1215,8 @@ _ROUTES = [
     ("/v1/check", check_one, ["GET"]),
     ("/v1/check", check_batch, ["POST"]),
     ("/v1/explain", explain, ["GET"]),
-    ("/v1/continue", continue_warned, ["GET"]),
+    ("/v1/continue", continue_page, ["GET"]),
+    ("/v1/continue", continue_warned, ["POST"]),
     ("/v1/seen", seen, ["POST"]),
     ("/v1/reload", reload, ["POST"]),
     ("/v1/learn/verdicts", learn_verdicts, ["GET"]),
@@ -1120,6 +1300,7 @@ def create_app(
             unknown,
             config.unknown_policy == "block",
             learn,
+            continue_key(token),
         )
         try:
             async with anyio.create_task_group() as tasks, _sighup(reloader, reload_on_sighup):
@@ -1137,6 +1318,7 @@ def create_app(
         exception_handlers={HTTPException: _http_error, Exception: _http_error},
     )
     app.add_middleware(_Timing)
+    app.add_middleware(_OneFraming)
     return app
 
 
@@ -1205,14 +1387,41 @@ OPENAPI: dict[str, Any] = {
         },
         "/v1/continue": {
             "get": {
-                "summary": "Continue past a policy warning (?category): the client is let "
-                "through to the URL's site for the policy's warn_minutes",
+                "summary": "The confirmation page of a policy warning (?category), which the "
+                "warning page links to; it grants nothing",
                 "parameters": [_param("url", "the URL the warning page was shown for")],
                 "responses": {
-                    "303": {"description": "granted; Location is the URL (canonical form)"},
+                    "200": {
+                        "description": "an HTML page whose form posts the URL and a token "
+                        "tied to this client and URL (good for 10 minutes)",
+                        "content": {"text/html": {}},
+                    },
                     **_error_responses(400, 403, 404, 409, 422, 503),
                 },
-            }
+            },
+            "post": {
+                "summary": "Continue past a policy warning: the client is let through to the "
+                "URL's site for the policy's warn_minutes",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/x-www-form-urlencoded": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["url", "token"],
+                                "properties": {
+                                    "url": {"type": "string"},
+                                    "token": {"type": "string"},
+                                },
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "303": {"description": "granted; Location is the URL as given"},
+                    **_error_responses(400, 403, 404, 408, 409, 413, 422, 503),
+                },
+            },
         },
         "/v1/seen": {
             "post": {
