@@ -127,7 +127,7 @@ def build() -> str:
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown commit"
     engine = report().summary()
-    return f"urlsieve {urlsieve.__version__} at {commit}, {how}, {engine}"
+    return f"urlsieve {urlsieve.__version__} (work tree at {commit}), {how}, {engine}"
 
 
 def table(header: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
