@@ -48,12 +48,13 @@ _FIX_COMPILER = (
     "install a C compiler and Python's headers (Debian/Ubuntu: apt-get install gcc "
     "python3-dev; Fedora: dnf install gcc python3-devel; macOS: xcode-select --install), "
     "then reinstall urlsieve from source: pip install --force-reinstall --no-deps "
-    "--no-binary urlsieve urlsieve (from a clone: pip install --force-reinstall --no-deps .)"
+    "--no-binary urlsieve urlsieve (from a clone: pip install --force-reinstall --no-deps ., "
+    "or pip install -e . for an editable install)"
 )
 _FIX_STALE = (
-    "the extension is from another urlsieve build: reinstall it: pip install "
+    "the extension is from another urlsieve build or Python: reinstall it: pip install "
     "--force-reinstall --no-deps --no-cache-dir urlsieve (from a clone: pip install "
-    "--force-reinstall --no-deps .)"
+    "--force-reinstall --no-deps ., or pip install -e . for an editable install)"
 )
 
 speedups: ModuleType | None = None
@@ -65,7 +66,13 @@ else:
         from urlsieve import _speedups as speedups
     except ImportError as exc:  # built without a C compiler: the references serve
         speedups = None
-        _why_not = f"not built ({exc})"
+        _here = os.path.dirname(os.path.abspath(__file__))
+        if any(
+            n.startswith("_speedups.") and n.endswith((".so", ".pyd")) for n in os.listdir(_here)
+        ):
+            _why_not = f"cannot be loaded ({exc})"  # e.g. built for another Python
+        else:
+            _why_not = "not built: the install had no C compiler or no Python headers"
 
 
 @dataclass(frozen=True)
@@ -124,8 +131,12 @@ def report() -> Acceleration:
     """The build in use, read off the loaded module (nothing is built or imported anew)."""
     if speedups is None:
         why = _why_not or "not built"
-        turned_off = why.startswith("turned off")
-        fix = "unset URLSIEVE_PURE_PYTHON" if turned_off else _FIX_COMPILER
+        if why.startswith("turned off"):
+            fix = "unset URLSIEVE_PURE_PYTHON"
+        elif why.startswith("cannot be loaded"):
+            fix = _FIX_STALE
+        else:
+            fix = _FIX_COMPILER
         return Acceleration(False, (), tuple(COMPILED_PATHS), None, why, fix)
     present = tuple(name for name in COMPILED_PATHS if hasattr(speedups, name))
     missing = tuple(name for name in COMPILED_PATHS if not hasattr(speedups, name))

@@ -5,7 +5,9 @@ full build."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +155,45 @@ def test_learn_run_says_it_at_start(
     err = capsys.readouterr().err
     assert err.count("slow path") == 1
     assert err.startswith("urlsieve learn: slow path: the compiled engine is not in use")
+
+
+def test_an_install_without_the_extension_says_it_was_not_built(tmp_path: Path) -> None:
+    """The package as an install without a C compiler leaves it (no _speedups*.so): the
+    doctor says why in words, names the fix, exits 1, and the helper still answers."""
+    package = Path(_accel.__file__).parent
+    shutil.copytree(package, tmp_path / "urlsieve", ignore=shutil.ignore_patterns("*.so"))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("URLSIEVE_PURE_PYTHON", None)
+    doctor = [sys.executable, "-m", "urlsieve", "doctor"]
+    done = subprocess.run(doctor, check=False, env=env, capture_output=True, text=True)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "NOT IN USE: not built: the install had no C compiler or no Python headers" in (
+        done.stdout
+    )
+    assert "apt-get install gcc python3-dev" in done.stdout
+    helper = [sys.executable, "-m", "urlsieve", "squid-helper", "--lists", str(SAMPLE)]
+    done = subprocess.run(
+        [*helper, "--mode", "acl"],
+        check=False,
+        env=env,
+        capture_output=True,
+        input=b"3 http://example-tracker.test/x\n",
+        timeout=120,
+    )
+    assert done.stdout.startswith(b'3 OK tag="ads"'), done.stderr
+    assert done.stderr.count(b"slow path: the compiled engine is not in use (not built") == 1
+
+
+def test_an_extension_that_cannot_be_loaded_is_named_with_its_fix(tmp_path: Path) -> None:
+    """A _speedups file that will not load (another Python's, damaged) is not "not built"."""
+    package = Path(_accel.__file__).parent
+    shutil.copytree(package, tmp_path / "urlsieve", ignore=shutil.ignore_patterns("*.so"))
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    (tmp_path / "urlsieve" / f"_speedups{suffix}").write_bytes(b"not an ELF file")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("URLSIEVE_PURE_PYTHON", None)
+    doctor = [sys.executable, "-m", "urlsieve", "doctor"]
+    done = subprocess.run(doctor, check=False, env=env, capture_output=True, text=True)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "NOT IN USE: cannot be loaded (" in done.stdout
+    assert "to fix: the extension is from another urlsieve build or Python" in done.stdout

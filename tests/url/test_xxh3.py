@@ -14,7 +14,12 @@ import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
-speedups = pytest.importorskip("urlsieve._speedups", reason="built without a C compiler")
+from tests.needs import missing
+
+try:
+    from urlsieve import _speedups as speedups
+except ImportError:
+    missing("urlsieve._speedups is not built (no C compiler): no XXH3 to compare", module=True)
 
 
 def _equal(data: bytes) -> None:
@@ -27,7 +32,17 @@ def test_every_length_to_4096_random_bytes() -> None:
     data = rng.randbytes(4096)
     for n in range(4097):
         _equal(data[:n])  # prefixes
-        _equal(data[4096 - n :])  # suffixes: other alignments of the same lengths
+        _equal(data[4096 - n :])  # suffixes: other bytes of the same lengths
+
+
+@pytest.mark.parametrize("offset", range(1, 16))
+def test_unaligned_buffers(offset: int) -> None:
+    """Views that start off an 8- or 16-byte boundary, long enough for every path."""
+    data = memoryview(random.Random(offset).randbytes(5000 + offset))
+    for n in (0, 7, 16, 100, 200, 240, 241, 300, 1023, 1024, 1025, 2049, 4096):
+        view = data[offset : offset + n]
+        assert speedups.xxh3_64(view) == xxhash.xxh3_64_intdigest(view), (offset, n)
+        assert speedups.xxh3_128(view) == xxhash.xxh3_128_intdigest(view), (offset, n)
 
 
 @pytest.mark.parametrize("byte", [0x00, 0x01, 0x7F, 0x80, 0xFF])
