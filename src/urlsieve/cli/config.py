@@ -66,6 +66,12 @@ def run(args: argparse.Namespace) -> int:
             f"{len(policy.acls)} ACLs, {len(policy.dests)} destinations, "
             f"{len(policy.rewrites)} rewrites, time zone {policy.timezone or 'local'}"
         )
+        lines += policy.report()
+        if policy.skipped:
+            lines.append(
+                f"policy: {len(policy.skipped)} list lines or entries skipped (listed above); "
+                "the helper and the service load the rest and say so at start"
+            )
         if wants_policy(args):
             who, at = who_and_when(args, engine)
             lines += describe_request(engine, who, at)

@@ -26,6 +26,9 @@ DEVIATIONS = (
     'block pages: %u is inserted as Squid sent it (squidGuard percent-decodes it), and " and '
     "\\ are escaped in the quoted reply value",
     "a user sent escaped (DOMAIN%5cuser) is read unescaped (domain\\user, as lists write it)",
+    "list lines squidGuard cannot survive (blanks only: it crashes; a bad address, prefix or "
+    "range: it passes everything) are skipped, each listed as 'skipped: file:line'; IPv6 in an "
+    "iplist or ip statement is read (squidGuard has none there), each listed as a note",
     "squidGuard's lookup bugs are not copied (neighbour-only list comparisons, client domains "
     "without a dot boundary, whole-day dates missing 23:59, blocks without a page passing)",
 )
@@ -45,7 +48,9 @@ def register(sub: Any) -> None:
             "Read a squidGuard.conf as it is (dbhome, dest, src, time, rew, acl) and write the "
             "equivalent urlsieve configuration (OUTPUT/urlsieve.toml) and compiled snapshot "
             "(OUTPUT/rules.snap). Every construct that is not mapped and every place urlsieve "
-            "decides differently is listed. Exit status 2 on a line that cannot be read."
+            "decides differently is listed. A list line or entry that cannot be read is skipped "
+            "and listed (skipped: FILE:LINE: reason); exit status 2 on a statement of the "
+            "configuration that cannot be read."
         ),
     )
     sg.add_argument("conf", metavar="SQUIDGUARD_CONF")
@@ -101,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"skipped: {warning}")
     for note in conf.notes:
         print(f"note: {note}")
+    for line in policy.report():
+        print(line)
     for deviation in DEVIATIONS:
         print(f"differs on purpose: {deviation}")
     print(f"run it: urlsieve squid-helper --config {toml_path}")

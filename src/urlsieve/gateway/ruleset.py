@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from urlsieve import __version__
 from urlsieve.exceptions import ConfigError, UrlsieveError
@@ -15,6 +15,9 @@ from urlsieve.gateway.live import FileSignature, file_signature
 from urlsieve.layered import LayeredFilter
 from urlsieve.match.snapshot import SnapshotInfo, read_snapshot_info
 from urlsieve.rules.model import ALLOW, BLOCK
+
+if TYPE_CHECKING:
+    from urlsieve.policy.model import Policy
 
 __all__ = [
     "LayeredLoader",
@@ -251,8 +254,9 @@ def policy_loader(
         def load_squidguard() -> PolicyEngine:
             conf = read_squidguard(conf_path)
             rules = build_rules(conf.policy, config.lists, config.allow)
-            for problem in (*rules.warnings, *conf.notes):
-                log(f"{problem}")
+            conf.policy.skipped += [str(w) for w in rules.warnings]
+            conf.policy.notes[:0] = conf.notes
+            _log_report(conf.policy, log)
             return PolicyEngine(conf.policy, rules.filter, expressions=rules.expressions)
 
         return load_squidguard
@@ -272,8 +276,19 @@ def policy_loader(
             rules = load_rules(config.snapshot)
         else:
             rules = build_rules(policy, config.lists, config.allow)
-            for warning in rules.warnings:
-                log(f"skipped: {warning}")
+            policy.skipped += [str(w) for w in rules.warnings]
+        _log_report(policy, log)
         return PolicyEngine(policy, rules.filter, expressions=rules.expressions)
 
     return load_policy
+
+
+def _log_report(policy: Policy, log: Callable[[str], None]) -> None:
+    """Say once, as the policy loads, what its files skipped and noted."""
+    for line in policy.report():
+        log(line)
+    if policy.skipped:
+        log(
+            f"policy loaded without {len(policy.skipped)} list lines or entries that cannot be "
+            "read (listed above): the rest is in force"
+        )

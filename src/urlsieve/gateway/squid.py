@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -68,6 +69,8 @@ _MAX_PIECES = 1 << 16
 
 #: The category reported (``tag=``) when the failure mode blocks.
 FAILURE_CATEGORY = "urlsieve-failure"
+#: How often a failure repeated for every request (no rules loaded) is logged again.
+FAILURE_LOG_SECONDS = 60.0
 #: Where a request goes when even the configured block page cannot be rendered.
 LAST_RESORT_PAGE = "http://blocked.invalid/urlsieve-failure"
 
@@ -149,6 +152,9 @@ class SquidHelper:
         self.block_unknown = block_unknown
         self.log = _never_raising(log)
         self.stats = HelperStats()
+        self._failure_reason: str | None = None
+        self._failure_logged = 0.0
+        self._failure_repeats = 0
         self._escaped = (
             settings.mode is HelperMode.ACL if settings.escaped is None else settings.escaped
         )
@@ -454,11 +460,31 @@ class SquidHelper:
 
     def _failure(self, request: HelperRequest, reason: str) -> str:
         self.stats.failures += 1
-        if self.settings.failure_mode is FailureMode.OPEN:
-            self.log(f"fail-open: allowing {request.url[:300]!r}: {reason}")
+        open_ = self.settings.failure_mode is FailureMode.OPEN
+        self._log_failure(
+            f"fail-open: allowing {request.url[:300]!r}"
+            if open_
+            else f"fail-closed: blocking {request.url[:300]!r}",
+            reason,
+        )
+        if open_:
             return format_reply(request.channel, "ERR", log=f"urlsieve fail-open: {reason}")
-        self.log(f"fail-closed: blocking {request.url[:300]!r}: {reason}")
         return self._block(request, FAILURE_CATEGORY, "-", f"urlsieve fail-closed: {reason}")
+
+    def _log_failure(self, what: str, reason: str) -> None:
+        """One line per reason, not per request: a reason repeated (no rules loaded, for
+        every request) is said again at most once a minute, with how many it answered."""
+        now = time.monotonic()
+        if reason == self._failure_reason and now - self._failure_logged < FAILURE_LOG_SECONDS:
+            self._failure_repeats += 1
+            return
+        repeats = (
+            f" ({self._failure_repeats} more requests answered so since the last line)"
+            if reason == self._failure_reason and self._failure_repeats
+            else ""
+        )
+        self.log(f"{what}: {reason}{repeats}")
+        self._failure_reason, self._failure_logged, self._failure_repeats = reason, now, 0
 
     def _block(self, request: HelperRequest, category: str | None, where: str, why: str) -> str:
         settings = self.settings

@@ -67,16 +67,22 @@ class AddressSet:
     v4: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
     v6: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
     entries: int = 0
+    #: IPv4 ``(net, mask)`` pairs whose mask is not contiguous (squidGuard's dotted
+    #: netmasks): an address matches when ``address & mask == net``.
+    masked: tuple[tuple[int, int], ...] = ()
 
     @classmethod
-    def of(cls, entries: Iterable[tuple[int, int, int]]) -> AddressSet:
+    def of(
+        cls, entries: Iterable[tuple[int, int, int]], masked: Iterable[tuple[int, int]] = ()
+    ) -> AddressSet:
         v4: list[tuple[int, int]] = []
         v6: list[tuple[int, int]] = []
         n = 0
         for family, low, high in entries:
             (v4 if family == 4 else v6).append((low, high))
             n += 1
-        return cls(_merged(v4), _merged(v6), n)
+        pairs = tuple(dict.fromkeys(masked))
+        return cls(_merged(v4), _merged(v6), n + len(pairs), pairs)
 
     def __contains__(self, address: object) -> bool:
         if not isinstance(address, str) or not address:
@@ -90,10 +96,12 @@ class AddressSet:
         starts, ends = self.v4 if ip.version == 4 else self.v6
         value = int(ip)
         at = bisect_right(starts, value) - 1
-        return at >= 0 and value <= ends[at]
+        if at >= 0 and value <= ends[at]:
+            return True
+        return ip.version == 4 and any(value & mask == net for net, mask in self.masked)
 
     def __bool__(self) -> bool:
-        return bool(self.v4[0] or self.v6[0])
+        return bool(self.v4[0] or self.v6[0] or self.masked)
 
 
 def normalise_user(user: str | None) -> str | None:

@@ -166,6 +166,19 @@ class Policy:
     #: The warning page (squidGuard's substitutions; it links to the service's /v1/continue).
     warn_page: str | None = None
     origin: str = "<policy>"
+    #: ``file:line: reason`` for each list line or entry not loaded (the rest loaded).
+    skipped: list[str] = field(default_factory=list)
+    #: ``file:line: text`` for each list entry read in a way worth knowing (as squidGuard
+    #: reads it, or where urlsieve differs on purpose).
+    notes: list[str] = field(default_factory=list)
+
+    def report(self) -> list[str]:
+        """What reading the policy's files skipped and noted, a line each (``skipped: …``,
+        ``note: …``): logged once when a policy loads, printed by ``config check`` and
+        ``import squidguard``."""
+        return [f"skipped: {line}" for line in self.skipped] + [
+            f"note: {line}" for line in self.notes
+        ]
 
     @property
     def default(self) -> Acl:

@@ -50,8 +50,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from urlsieve.policy.clients import AddressSet, AddressSyntaxError, parse_address
-from urlsieve.policy.lists import read_addresses, read_users
+from urlsieve.policy.clients import AddressSet
+from urlsieve.policy.lists import ListRead, read_ip_statement, read_iplist, read_userlist
 from urlsieve.policy.model import Acl, Branch, Dest, PassEntry, Policy, PolicyError, Rewrite, Source
 from urlsieve.policy.rewrite import parse_substitution, safe_search
 from urlsieve.policy.timerules import (
@@ -189,20 +189,23 @@ def read_native(data: Mapping[str, Any], path: str) -> Policy:
             where,
         )
         name = _name(table, where)
-        entries_ip: list[tuple[int, int, int]] = []
         has_ip = "ip" in table or "iplist" in table
-        try:
-            for token in _strings(table.get("ip", []), where, "ip"):
-                entries_ip.append(parse_address(token))
-        except AddressSyntaxError as exc:
-            raise PolicyError(f"invalid address: {exc}", where) from None
-        for listed in _strings(table.get("iplist", []), where, "iplist"):
-            entries_ip += read_addresses(file(listed, where, "iplist"))
+        # The ip entries' notes are left out: IPv6 is no surprise in urlsieve's own format.
+        inline = [read_ip_statement(where, t) for t in _strings(table.get("ip", []), where, "ip")]
+        policy.skipped += [line for read in inline for line in read.skipped]
+        reads: list[ListRead] = [
+            read_iplist(file(listed, where, "iplist"))
+            for listed in _strings(table.get("iplist", []), where, "iplist")
+        ]
         users: set[str] | None = None
         if "user" in table or "userlist" in table:
             users = {u.lower() for u in _strings(table.get("user", []), where, "user")}
             for listed in _strings(table.get("userlist", []), where, "userlist"):
-                users |= read_users(file(listed, where, "userlist"))
+                reads.append(read_userlist(file(listed, where, "userlist")))
+                users |= reads[-1].users
+        for read in reads:
+            policy.skipped += read.skipped
+            policy.notes += read.notes
         domains = None
         if "domain" in table:
             domains = tuple(
@@ -214,7 +217,12 @@ def read_native(data: Mapping[str, Any], path: str) -> Policy:
         policy.sources.append(
             Source(
                 name,
-                AddressSet.of(entries_ip) if has_ip else None,
+                AddressSet.of(
+                    [a for read in (*inline, *reads) for a in read.addresses],
+                    [m for read in (*inline, *reads) for m in read.masked],
+                )
+                if has_ip
+                else None,
                 frozenset(users) if users is not None else None,
                 domains,
                 time,
@@ -300,6 +308,8 @@ def _address_texts(addresses: AddressSet) -> list[str]:
         make = ipaddress.IPv4Address if family == 4 else ipaddress.IPv6Address
         for low, high in zip(starts, ends, strict=True):
             out.append(str(make(low)) if low == high else f"{make(low)}-{make(high)}")
+    for net, mask in addresses.masked:
+        out.append(f"{ipaddress.IPv4Address(net)}/{ipaddress.IPv4Address(mask)}")
     return out
 
 

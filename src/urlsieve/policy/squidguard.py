@@ -20,8 +20,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from urlsieve.policy.clients import AddressSet, AddressSyntaxError, parse_address
-from urlsieve.policy.lists import read_addresses, read_users
+from urlsieve.policy.clients import AddressSet
+from urlsieve.policy.lists import ListRead, read_ip_statement, read_iplist, read_userlist
 from urlsieve.policy.model import (
     Acl,
     Branch,
@@ -260,24 +260,27 @@ class _Reader:
     def source(self, stmt: _Stmt, args: list[str]) -> None:
         name = self.named(stmt, args, "src")
         time, within = self.time_limit(stmt, args[1:])
-        addresses: list[tuple[int, int, int]] = []
+        lists = ListRead(self.path)
         users: set[str] | None = None
         domains: list[str] | None = None
         has_ip = False
         for inner in stmt.block or []:
             key = inner.words[0].lower()
             rest = inner.words[1:]
+            read: ListRead | None = None
             if key == "ip":
                 has_ip = True
-                for token in rest:
-                    addresses.append(self.address(inner, token))
+                read = read_ip_statement(self.where(inner), " ".join(rest))
             elif key == "iplist":
                 has_ip = True
-                addresses += read_addresses(self.file(inner, self.one(inner, rest)))
-            elif key == "user":
-                users = (users or set()) | {u.lower() for u in rest}
+                read = read_iplist(self.file(inner, self.one(inner, rest)))
+            elif key == "user":  # squidGuard's lexer: users separated by blanks and commas
+                users = (users or set()) | {
+                    u.lower() for word in rest for u in word.split(",") if u
+                }
             elif key == "userlist":
-                users = (users or set()) | read_users(self.file(inner, self.one(inner, rest)))
+                read = read_userlist(self.file(inner, self.one(inner, rest)))
+                users = (users or set()) | read.users
             elif key == "domain":
                 domains = (domains or []) + [d.lower().strip(".") for d in rest]
             elif key in ("log", "logfile"):
@@ -288,13 +291,18 @@ class _Reader:
                 raise self.fail(
                     inner, f"unknown or unsupported statement {inner.words[0]!r} in src {name!r}"
                 )
+            if read is not None:
+                lists.addresses += read.addresses
+                lists.masked += read.masked
+                self.conf.policy.skipped += read.skipped
+                self.conf.policy.notes += read.notes
         policy = self.conf.policy
         if any(s.name == name for s in policy.sources):
             raise self.fail(stmt, f"src {name!r} is defined twice")
         policy.sources.append(
             Source(
                 name,
-                AddressSet.of(addresses) if has_ip else None,
+                AddressSet.of(lists.addresses, lists.masked) if has_ip else None,
                 frozenset(users) if users is not None else None,
                 tuple(domains) if domains is not None else None,
                 time,
@@ -302,12 +310,6 @@ class _Reader:
                 self.where(stmt),
             )
         )
-
-    def address(self, stmt: _Stmt, token: str) -> tuple[int, int, int]:
-        try:
-            return parse_address(token)
-        except AddressSyntaxError as exc:
-            raise self.fail(stmt, f"invalid address: {exc}") from None
 
     def time(self, stmt: _Stmt, args: list[str]) -> None:
         name = self.named(stmt, args, "time")
