@@ -3314,6 +3314,8 @@ compile_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         } else {
             spans sp;
             if (len > MAX_LIST_LINE || line[len - 1] == '|'
+                /* squidGuard drops a leading '-' of a domains/urls line: the slow path */
+                || (mode != LIST_PLAIN && line[0] == '-')
                 || (mode == LIST_URLS && www_label(line, len))
                 || !scan_canonical(line, len, 0, &sp) || sp.has_scheme || sp.is_ip
                 || (mode == LIST_DOMAINS && sp.has_path))

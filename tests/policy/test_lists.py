@@ -158,3 +158,29 @@ def test_any_bytes_read_or_skip_never_raise(
         read = reader(str(path))
         AddressSet.of(read.addresses, read.masked)
     read_ip_statement("conf:1", data.decode("utf-8", "replace"))
+
+
+def test_dest_lists_follow_squidguard_and_note_each_deviation(tmp_path: Path) -> None:
+    from urlsieve.policy.build import build_rules
+    from urlsieve.policy.model import Dest, Policy
+
+    domains = tmp_path / "domains"
+    domains.write_bytes(
+        b"+plus.test\n-minus.test\nfirst.test second.test\n.dot.test\n*.star.test\n"
+        b"kept.test # a comment\n"
+    )
+    urls = tmp_path / "urls"
+    urls.write_bytes(b"-u.test/dir/ page.html\n")
+    policy = Policy(dests={"bad": Dest("bad", str(domains), str(urls))})
+    rules = build_rules(policy)
+    assert not rules.warnings
+    for url in (
+        "http://plus.test/",
+        "http://minus.test/",
+        "http://first.test/",
+        "http://u.test/dir/",
+    ):
+        assert rules.filter.check(url).blocked, url
+    assert not rules.filter.check("http://second.test/").blocked
+    where = [note.split(": ", 1)[0] for note in rules.notes]
+    assert where == [f"{domains}:3", f"{domains}:4", f"{domains}:5", f"{urls}:1"]

@@ -29,6 +29,9 @@ DEVIATIONS = (
     "list lines squidGuard cannot survive (blanks only: it crashes; a bad address, prefix or "
     "range: it passes everything) are skipped, each listed as 'skipped: file:line'; IPv6 in an "
     "iplist or ip statement is read (squidGuard has none there), each listed as a note",
+    "the rest of a domainlist/urllist line (squidGuard: that entry's own redirect page) is not "
+    "applied, and a domainlist entry squidGuard never matches (.host, *.host, http://host/, "
+    "host/) is read as the host it names: each listed as a note",
     "squidGuard's lookup bugs are not copied (neighbour-only list comparisons, client domains "
     "without a dot boundary, whole-day dates missing 23:59, blocks without a page passing)",
 )
@@ -108,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     for line in policy.report():
         print(line)
+    for note in rules.notes:
+        print(f"note: {note}")
     for deviation in DEVIATIONS:
         print(f"differs on purpose: {deviation}")
     print(f"run it: urlsieve squid-helper --config {toml_path}")

@@ -256,6 +256,7 @@ def policy_loader(
             rules = build_rules(conf.policy, config.lists, config.allow)
             conf.policy.skipped += [str(w) for w in rules.warnings]
             conf.policy.notes[:0] = conf.notes
+            conf.policy.notes += rules.notes
             _log_report(conf.policy, log)
             return PolicyEngine(conf.policy, rules.filter, expressions=rules.expressions)
 
@@ -277,6 +278,7 @@ def policy_loader(
         else:
             rules = build_rules(policy, config.lists, config.allow)
             policy.skipped += [str(w) for w in rules.warnings]
+            policy.notes += rules.notes
         _log_report(policy, log)
         return PolicyEngine(policy, rules.filter, expressions=rules.expressions)
 

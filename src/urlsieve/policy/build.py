@@ -32,6 +32,8 @@ class PolicyRules:
     expressions: ExpressionSet
     warnings: list[RuleSyntaxError] = field(default_factory=list)
     patterns: dict[str, list[str]] = field(default_factory=dict)
+    #: ``file:line: text`` for lines read in a way worth knowing (squidGuard's grammar).
+    notes: list[str] = field(default_factory=list)
 
 
 def build_rules(
@@ -89,7 +91,9 @@ def build_rules(
     meta = {**(meta or {}), "aliases": dict(result.aliases), "expressions": patterns}
     matcher = SnapshotMatcher.from_image(builder.build(meta))
     rules = Filter(matcher, load=result)
-    return PolicyRules(rules, ExpressionSet(patterns), result.warnings + warnings, patterns)
+    return PolicyRules(
+        rules, ExpressionSet(patterns), result.warnings + warnings, patterns, result.notes
+    )
 
 
 def load_rules(path: str) -> PolicyRules:

@@ -314,6 +314,12 @@ def read_ip_statement(where: str, text: str) -> ListRead:
             token = address + (suffix or "") + (f"-{high}" if high else "")
             add_address(read, where, token.encode())
             end = m.end()
+            if suffix and text[end : end + 1] == ",":
+                read.notes.append(
+                    f"{where}: {token + ','!r}: squidGuard 1.6 cannot read a comma right after "
+                    "a network (a syntax error: it passes every request); urlsieve reads the "
+                    "network (deviation: write a blank before the comma)"
+                )
         else:
             end = at + 1
             while end < len(text) and not (text[end] == "," or text[end].isspace()):

@@ -274,10 +274,15 @@ class _Reader:
             elif key == "iplist":
                 has_ip = True
                 read = read_iplist(self.file(inner, self.one(inner, rest)))
-            elif key == "user":  # squidGuard's lexer: users separated by blanks and commas
-                users = (users or set()) | {
-                    u.lower() for word in rest for u in word.split(",") if u
-                }
+            elif key == "user":  # squidGuard 1.6: blanks separate; a comma is part of a name
+                users = (users or set()) | {u.lower() for u in rest}
+                for word in rest:
+                    if "," in word:
+                        self.note(
+                            inner,
+                            f"user {word!r} is one name with its comma, as squidGuard 1.6 "
+                            "reads it (separate users with blanks): no client name matches it",
+                        )
             elif key == "userlist":
                 read = read_userlist(self.file(inner, self.one(inner, rest)))
                 users = (users or set()) | read.users

@@ -94,6 +94,11 @@ class LoadResult:
         """Every bad line of every file, in reading order."""
         return [w for r in self.reports for w in r.warnings]
 
+    @property
+    def notes(self) -> list[str]:
+        """Every line read in a way worth knowing (``file:line: text``), in reading order."""
+        return [n for r in self.reports for n in r.notes]
+
     def merge(self, other: LoadResult) -> None:
         """Add another load's reports, aliases, skipped categories and categories (the
         first directory named for a category stays). Rules stream to a sink: not merged."""
@@ -104,7 +109,43 @@ class LoadResult:
             self.categories.setdefault(name, where)
 
 
+_SG_BLANKS = re.compile(r"[ \t]+")
+
+
+def _squidguard_entry(text: str, number: int, ctx: LineContext, kind: str) -> str:
+    """A domainlist/urllist line as squidGuard 1.6 reads it (``sgDbLoadTextFile`` in its
+    ``sgDb.c``): a line starting ``#`` is a comment; one leading ``+`` or ``-`` is dropped;
+    the first word (blanks and tabs separate) is the entry, lower-cased; the rest of the
+    line is the entry's own redirect page, which urlsieve does not apply (said in
+    ``ctx.notes``; a rest starting ``#`` is read as the comment it was meant to be)."""
+    if text.startswith("#"):
+        return ""
+    if text[:1] in ("+", "-"):
+        text = text[1:]
+    parts = _SG_BLANKS.split(text.strip(" \t\r"), 1)
+    entry = parts[0]
+    if entry.startswith("#"):
+        return ""
+    where = f"{ctx.source}:{number}"
+    if len(parts) > 1 and not parts[1].startswith("#"):
+        ctx.notes.append(
+            f"{where}: {parts[1]!r} after {entry!r} is a redirect page of that entry for "
+            "squidGuard: not applied (deviation: the destination's or ACL's page is used)"
+        )
+    if kind == "domains" and (
+        entry.startswith((".", "*")) or "/" in entry or ":" in entry or "@" in entry
+    ):
+        ctx.notes.append(
+            f"{where}: {entry!r} matches nothing in squidGuard (a domainlist entry is a "
+            "bare host name); urlsieve reads it as the host it names (deviation)"
+        )
+    return entry
+
+
 def _domains_line(text: str, number: int, ctx: LineContext) -> list[Rule]:
+    text = _squidguard_entry(text, number, ctx, "domains")
+    if not text:
+        return []
     rules = plain_line(text, number, ctx)
     for rule in rules:
         if rule.path != "/" or rule.query is not None:
@@ -117,7 +158,7 @@ def _domains_line(text: str, number: int, ctx: LineContext) -> list[Rule]:
 
 
 def _urls_line(text: str, number: int, ctx: LineContext) -> list[Rule]:
-    text = strip_comment(text)
+    text = _squidguard_entry(text, number, ctx, "urls")
     if not text:
         return []
     match = _WWW.match(text)

@@ -69,6 +69,8 @@ class ListReport:
     skipped: int = 0
     warnings: list[RuleSyntaxError] = field(default_factory=list)
     note: str = ""
+    #: ``file:line: text`` for each line read in a way worth knowing (loaded all the same).
+    notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         """One line: ``source (format, category, action): N loaded, …``."""
@@ -94,6 +96,8 @@ class LineContext:
     action: str
     category: str
     source: str
+    #: Where a parser says ``file:line: text`` about a line it reads all the same.
+    notes: list[str] = field(default_factory=list)
 
 
 LineParser = Callable[[str, int, LineContext], list[Rule]]
@@ -255,7 +259,7 @@ def read_lines(
     A rule the sink already had (same key and action) counts as a duplicate.
     ``progress`` is called with the number of characters read, every 16384 lines.
     """
-    ctx = LineContext(report.action, report.category, report.source)
+    ctx = LineContext(report.action, report.category, report.source, report.notes)
     chars = 0
     for number, raw in enumerate(lines, 1):
         text = raw[1:] if number == 1 and raw.startswith("\ufeff") else raw
@@ -356,7 +360,7 @@ def read_text(
         read_lines(lines, parse, report, sink, strict=strict, progress=progress)
         return
     assert mode is not None
-    ctx = LineContext(report.action, report.category, report.source)
+    ctx = LineContext(report.action, report.category, report.source, report.notes)
     text = text.removeprefix("\ufeff")
     pos, number, size = 0, 0, len(text)
     while pos < size:
