@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Collection, Iterable, Sequence
 
@@ -17,7 +18,7 @@ from urlsieve.match.snapshot import (
 from urlsieve.rules.load import LoadResult, Progress, load_lists
 from urlsieve.rules.model import ALLOW, BLOCK, Rule, parse_rule
 from urlsieve.rules.readers import ListReport
-from urlsieve.url import URL
+from urlsieve.url import URL, parse_url
 
 __all__ = ["Filter"]
 
@@ -213,6 +214,24 @@ class Filter:
         """
         return self._matcher.check(url, self._chosen(categories))
 
+    def matching_categories(self, url: str | URL, categories: Categories = None) -> list[str]:
+        """Every enforced category with a rule matching ``url`` (block or allow), in the
+        order the categories were read; :meth:`check` names the one that decides. One
+        lookup per category: for explaining a verdict, not for the request path."""
+        parts = url if isinstance(url, URL) else parse_url(url)
+        chosen = self._chosen(categories)
+        names = getattr(self._matcher, "categories", None)
+        mask_of = getattr(self._matcher, "category_mask", None)
+        if not isinstance(names, list) or mask_of is None:  # decides on every category at once
+            rule = self._matcher.decide(parts, chosen)
+            return [] if rule is None else [rule.category]
+        mask = mask_of(chosen)
+        return [
+            name
+            for index, name in enumerate(names)
+            if (mask is None or mask[index]) and self._matcher.decide(parts, [name]) is not None
+        ]
+
     def match(self, url: URL, categories: Categories = None) -> Rule | None:
         """The deciding rule for an already parsed URL (``None``: no rule), without a Verdict."""
         return self._matcher.decide(url, self._chosen(categories))
@@ -255,5 +274,7 @@ class Filter:
         return rule
 
     def explain(self, url: str | URL, categories: Categories = None) -> Explanation:
-        """The canonical URL, the expressions probed (most specific first), the deciding rule."""
-        return self._matcher.explain(url, self._chosen(categories))
+        """The canonical URL, the expressions probed (most specific first), the deciding rule
+        and every category with a matching rule."""
+        explanation = self._matcher.explain(url, self._chosen(categories))
+        return dataclasses.replace(explanation, matching=self.matching_categories(url, categories))

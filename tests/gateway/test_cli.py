@@ -126,9 +126,17 @@ def test_config_check_notices_a_snapshot_for_other_categories(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = config_file(tmp_path)
-    assert main(["compile", "--lists", str(SAMPLE), "-o", str(tmp_path / "rules.snap")]) == 0
+    snap = str(tmp_path / "rules.snap")
+    # Compiled from every category: it serves the configured selection, as in the helper.
+    assert main(["compile", "--lists", str(SAMPLE), "-o", snap]) == 0
+    capsys.readouterr()
+    assert main(["config", "check", str(path)]) == 0
+    assert "serves the selected categories phishing, malware" in capsys.readouterr().out
+    # Compiled for another selection: it cannot serve this one.
+    assert main(["compile", "--lists", str(SAMPLE), "--categories", "phishing", "-o", snap]) == 0
+    capsys.readouterr()
     assert main(["config", "check", str(path)]) == 2
-    assert "compiled for other categories" in capsys.readouterr().err
+    assert "was compiled for categories phishing, not malware" in capsys.readouterr().err
 
 
 def test_compile_to_an_unwritable_place_is_a_clear_error(

@@ -13,7 +13,14 @@ from urlsieve.filter import Filter
 from urlsieve.match import Verdict
 from urlsieve.rules import FORMATS, Rule, list_files
 
-__all__ = ["add_list_arguments", "load_filter", "rule_fields", "take_urls", "verdict_record"]
+__all__ = [
+    "add_list_arguments",
+    "load_filter",
+    "progress_bar",
+    "rule_fields",
+    "take_urls",
+    "verdict_record",
+]
 
 #: Show a progress bar when the lists are at least this large (and stderr is a terminal).
 PROGRESS_BYTES = 4 << 20
@@ -37,6 +44,11 @@ def add_list_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="PATH",
         help="allow lists (every rule in them allows)",
+    )
+    g.add_argument(
+        "--snapshot",
+        metavar="FILE",
+        help="a compiled snapshot (urlsieve compile); with --categories, those of it",
     )
     g.add_argument(
         "--categories",
@@ -91,6 +103,15 @@ class _Bar:
         sys.stderr.flush()
 
 
+def progress_bar(paths: list[str]) -> _Bar | None:
+    """A progress bar for reading ``paths`` when stderr is a terminal and they are large
+    (:data:`PROGRESS_BYTES`); None otherwise."""
+    if not sys.stderr.isatty():
+        return None
+    total = sum(f.stat().st_size for f in list_files(paths))
+    return _Bar(total) if total >= PROGRESS_BYTES else None
+
+
 def take_urls(args: argparse.Namespace) -> list[str]:
     """The URLs of a ``--lists PATH... URL...`` command line.
 
@@ -117,6 +138,12 @@ def _rule_sources(args: argparse.Namespace) -> tuple[list[str], list[str], list[
     ``--config``, with the gateway's precedence (options > ``URLSIEVE_*`` > file)."""
     from urlsieve.gateway.config import load_config
 
+    snapshot_option = getattr(args, "snapshot", None)
+    if snapshot_option and (args.lists or args.allow):
+        raise ConfigError(
+            "--snapshot is a whole compiled rule set: give it without --lists/--allow, or "
+            "compile those lists into it with `urlsieve compile`"
+        )
     config = load_config(
         args.config,
         env=os.environ,
@@ -124,6 +151,7 @@ def _rule_sources(args: argparse.Namespace) -> tuple[list[str], list[str], list[
             "lists": args.lists or None,
             "allow": args.allow or None,
             "categories": args.categories,
+            "snapshot": snapshot_option,
         },
         needs_rules=False,
     )
@@ -136,33 +164,31 @@ def _rule_sources(args: argparse.Namespace) -> tuple[list[str], list[str], list[
 def load_filter(args: argparse.Namespace) -> Filter:
     """Build the filter from ``--lists``/``--allow`` (or ``--config``); report bad lines.
 
-    A compiled snapshot (``urlsieve compile``) given as the only ``--lists``
-    path is opened memory-mapped instead of read as a text list.
+    A compiled snapshot (``--snapshot``, the configuration's, or the only ``--lists``
+    path) is opened memory-mapped, ``--categories`` choosing among its categories as the
+    gateway does (:func:`~urlsieve.gateway.ruleset.open_snapshot`).
     """
-    from urlsieve.gateway.ruleset import load_selected
+    from urlsieve.gateway.ruleset import load_selected, open_snapshot
     from urlsieve.match.snapshot import is_snapshot
 
     lists, allow, categories, configured_snapshot = _rule_sources(args)
     if configured_snapshot is not None:
-        if categories:
-            raise ConfigError(
-                "--categories chooses among list trees, and the configuration gives a "
-                "compiled snapshot: give --lists, or compile the selection"
-            )
-        return Filter.load(configured_snapshot)
+        return open_snapshot(configured_snapshot, categories)
     if not lists and not allow:
-        raise ConfigError("no rules: give --lists PATH... (block) and/or --allow PATH...")
+        raise ConfigError(
+            "no rules: give --lists PATH... (block) and/or --allow PATH..., or --snapshot FILE"
+        )
     snapshots = [p for p in [*lists, *allow] if os.path.isfile(p) and is_snapshot(p)]
     if snapshots:
-        if snapshots == lists and len(lists) == 1 and not allow and not categories:
-            return Filter.load(lists[0])
+        if snapshots == lists and len(lists) == 1 and not allow:
+            return open_snapshot(lists[0], categories)  # --lists FILE.snap: the same
         raise ConfigError(
-            f"{snapshots[0]} is a compiled snapshot, a whole rule set: give it alone as "
-            "--lists FILE, or compile the other lists into it with `urlsieve compile`"
+            f"{snapshots[0]} is a compiled snapshot, a whole rule set: it is not read "
+            "together with other lists; give it as --snapshot FILE (with --categories to "
+            "choose among its categories), or compile the lists together with "
+            "`urlsieve compile`"
         )
-    files = list_files([*lists, *allow])
-    total = sum(f.stat().st_size for f in files)
-    bar = _Bar(total) if total >= PROGRESS_BYTES and sys.stderr.isatty() else None
+    bar = progress_bar([*lists, *allow])
     try:
         flt, _ = load_selected(
             lists, allow, categories, format=args.list_format, strict=args.strict, progress=bar
@@ -197,14 +223,18 @@ def rule_fields(rule: Rule | None) -> tuple[str, str, str]:
     return (rule.action, rule.category, rule.where)
 
 
-def verdict_record(url: str, verdict: Verdict) -> dict[str, object]:
-    """A verdict as a JSON-ready dict."""
+def verdict_record(
+    url: str, verdict: Verdict, matching: list[str] | None = None
+) -> dict[str, object]:
+    """A verdict as a JSON-ready dict (``matching``: every category with a matching rule,
+    the deciding one among them)."""
     rule = verdict.rule
     return {
         "url": url,
         "canonical": verdict.canonical,
         "action": verdict.action,
         "category": verdict.category,
+        **({} if matching is None else {"categories": matching}),
         "rule": None
         if rule is None
         else {

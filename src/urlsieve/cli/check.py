@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
             continue
         blocked += verdict.blocked
         if args.format == "jsonl":
-            print(json.dumps(verdict_record(text, verdict)))
+            matching = flt.matching_categories(text)
+            print(json.dumps(verdict_record(text, verdict, matching)))
         else:
             print("\t".join((*rule_fields(verdict.rule), text)))
     if rejected:

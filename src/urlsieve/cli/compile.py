@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from urlsieve.cli._lists import progress_bar
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import GatewayConfig, load_config
 from urlsieve.gateway.ruleset import compile_lists
@@ -52,14 +53,22 @@ def run(args: argparse.Namespace) -> int:
     if not config.snapshot:
         raise ConfigError("no output: pass -o FILE (or rules.snapshot in --config)")
     started = time.perf_counter()
-    info, source = compile_lists(
-        config.lists,
-        config.allow,
-        config.snapshot,
-        categories=config.categories,
-        strict=args.strict,
-    )
+    bar = progress_bar([*config.lists, *config.allow])
+    try:
+        info, source = compile_lists(
+            config.lists,
+            config.allow,
+            config.snapshot,
+            categories=config.categories,
+            strict=args.strict,
+            progress=bar,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
     elapsed = time.perf_counter() - started
+    for skipped in source.skipped:  # allow-type categories of the trees, and why
+        print(f"skipped: {skipped}", file=sys.stderr)
     for warning in source.warnings[:20]:
         print(f"warning: {warning}", file=sys.stderr)
     if len(source.warnings) > 20:

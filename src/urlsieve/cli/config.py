@@ -11,7 +11,7 @@ from typing import Any
 from urlsieve.cli._policy import add_who_arguments, policy_engine, wants_policy, who_and_when
 from urlsieve.exceptions import ConfigError, UrlsieveError
 from urlsieve.gateway.config import ENV_VARS, GatewayConfig, describe, load_config
-from urlsieve.gateway.ruleset import load_selected
+from urlsieve.gateway.ruleset import load_selected, snapshot_selection
 from urlsieve.match.snapshot import SnapshotError, read_snapshot_info
 from urlsieve.policy.engine import describe_request
 
@@ -94,10 +94,13 @@ def run(args: argparse.Namespace) -> int:
                     f"{info.format_version}, version {info.version}, compiled {age:.0f} s ago, "
                     f"categories {', '.join(compiled) or '(all)'}"
                 )
-                if config.categories and sorted(compiled) != sorted(config.categories):
-                    problems.append(
-                        "the snapshot was compiled for other categories: run "
-                        f"`urlsieve compile --config {args.file}`"
+                why = snapshot_selection(info, config.categories)
+                if why is not None:
+                    problems.append(f"{why} (`urlsieve compile --config {args.file}`)")
+                elif config.categories and not compiled:
+                    lines.append(
+                        f"snapshot: serves the selected categories "
+                        f"{', '.join(config.categories)} (compiled from every category)"
                     )
                 stale = [
                     p

@@ -27,8 +27,10 @@ __all__ = [
     "compile_lists",
     "filter_loader",
     "load_selected",
+    "open_snapshot",
     "rules_info",
     "rules_watch",
+    "snapshot_selection",
 ]
 
 
@@ -96,14 +98,16 @@ def compile_lists(
     *,
     categories: Sequence[str] = (),
     strict: bool = False,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[SnapshotInfo, Filter]:
-    """Read the lists and compile the selected rules into a snapshot at ``output``."""
+    """Read the lists and compile the selected rules into a snapshot at ``output``
+    (``progress`` is told the characters read as they are)."""
     meta: dict[str, Any] = {
         "lists": [os.path.abspath(p) for p in lists],
         "allow": [os.path.abspath(p) for p in allow],
         "compiled_by": f"urlsieve {__version__}",
     }
-    source, _ = load_selected(lists, allow, categories, strict=strict, meta=meta)
+    source, _ = load_selected(lists, allow, categories, strict=strict, meta=meta, progress=progress)
     return source.save(output), source
 
 
@@ -190,18 +194,7 @@ def base_loader(config: GatewayConfig) -> Callable[[], Filter]:
         snapshot = config.snapshot
 
         def load_snapshot() -> Filter:
-            loaded = Filter.load(snapshot)
-            compiled = loaded.info.compiled_categories if loaded.info else []
-            if not config.categories or sorted(compiled) == sorted(config.categories):
-                return loaded
-            if not compiled:  # every category compiled: the selection applies per request
-                return loaded.select(config.categories)
-            loaded.close()
-            raise ConfigError(
-                f"snapshot {snapshot} was compiled for categories {', '.join(compiled)}, "
-                f"the configuration blocks {', '.join(config.categories)}: recompile with "
-                "`urlsieve compile --config FILE` (or compile every category)"
-            )
+            return open_snapshot(snapshot, config.categories)
 
         return load_snapshot
 
@@ -209,6 +202,50 @@ def base_loader(config: GatewayConfig) -> Callable[[], Filter]:
         return load_selected(config.lists, config.allow, config.categories)[0]
 
     return load_lists
+
+
+def snapshot_selection(info: SnapshotInfo, categories: Sequence[str]) -> str | None:
+    """Why a snapshot cannot serve ``categories``, or None when it can: one answer for
+    every command. A snapshot compiled from every category serves any selection (chosen per
+    request); one compiled for a selection serves that selection and any part of it."""
+    if not categories:
+        return None
+    compiled = info.compiled_categories
+    aliases = info.meta.get("aliases") or {}
+    known = set(info.meta.get("categories") or ()) | set(aliases)
+    if not compiled:
+        missing = [c for c in categories if known and c not in known]
+        if missing:
+            return (
+                f"snapshot {info.path} has no categories {', '.join(missing)} "
+                f"(it has: {', '.join(sorted(known))}; an allow-type category of a tree is "
+                "compiled only when named: `urlsieve compile --categories …`)"
+            )
+        return None
+    have = set(compiled) | {a for a, target in aliases.items() if target in compiled}
+    missing = [c for c in categories if c not in have]
+    if not missing:
+        return None
+    return (
+        f"snapshot {info.path} was compiled for categories {', '.join(compiled)}, not "
+        f"{', '.join(missing)}: recompile it with `urlsieve compile` for this selection, or "
+        "compile every category (no --categories): that snapshot serves any selection"
+    )
+
+
+def open_snapshot(path: str, categories: Sequence[str] = ()) -> Filter:
+    """A compiled snapshot enforcing ``categories`` (every compiled one when empty);
+    :class:`ConfigError` with the fix when it cannot serve them (:func:`snapshot_selection`)."""
+    loaded = Filter.load(path)
+    if not categories or loaded.info is None:
+        return loaded
+    why = snapshot_selection(loaded.info, categories)
+    if why is not None:
+        loaded.close()
+        raise ConfigError(why)
+    if sorted(loaded.info.compiled_categories) == sorted(categories):
+        return loaded
+    return loaded.select(categories)
 
 
 def rules_info(rules: Filter | None, loaded_at: float | None, generation: int) -> dict[str, Any]:

@@ -52,6 +52,8 @@ class Explanation:
     canonical: str
     verdict: Verdict
     probes: list[str] = field(default_factory=list)
+    #: Every enforced category with a matching rule (filled by :meth:`Filter.explain`).
+    matching: list[str] = field(default_factory=list)
 
     @property
     def rule(self) -> Rule | None:
@@ -68,6 +70,8 @@ class Explanation:
                 f"decision:  {rule.action} by {rule.pattern!r} "
                 f"(category {rule.category}, {rule.where})"
             )
+        if self.matching:
+            lines.append(f"matching:  {', '.join(self.matching)} (every category with a rule)")
         return "\n".join(lines)
 
 

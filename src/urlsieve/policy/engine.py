@@ -490,6 +490,15 @@ def explain_decision(
     lines = describe_request(engine, who, at)
     decision = engine.decide(url, who, at)
     lines.append(f"url: {url}")
+    matching = engine.rules.matching_categories(url, None)
+    matching += [
+        name
+        for name in engine.policy.dests
+        if name in engine.expressions
+        and engine.expressions.matches(name, url)
+        and name not in matching
+    ]
+    lines.append(f"categories matching: {', '.join(matching) or 'none'}")
     if decision.rule_id >= 0:
         rule = engine.rules.rule(decision.rule_id)
         lines.append(f"matched: {rule.pattern!r} in {decision.category} ({rule.where})")

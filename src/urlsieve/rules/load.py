@@ -197,6 +197,37 @@ def _white_usage(directory: Path) -> bool:
     return False
 
 
+def _global_usage(root: Path) -> dict[str, str]:
+    """UT1's catalogue (``global_usage`` at the tree's root): each category's
+    ``DEFAULT_TYPE`` (``black``: meant to block; ``white``: meant to allow), by ``NAME``."""
+    path = root / "global_usage"
+    if not path.is_file():
+        return {}
+    with path.open("rb") as fh:
+        text = fh.read(1 << 20).decode("utf-8", "replace")
+    types: dict[str, str] = {}
+    name: str | None = None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().upper()
+        if key == "NAME":
+            name = value.strip() or None
+        elif key == "DEFAULT_TYPE" and name is not None:
+            types[name] = value.strip().lower()
+    return types
+
+
+def _allow_type(directory: Path, catalogue: dict[str, str]) -> str | None:
+    """Why a category of a tree is meant as an allow list, or None: UT1's catalogue
+    first, then the category's own ``usage`` file."""
+    kind = catalogue.get(directory.name)
+    if kind is not None:
+        if kind != "white":
+            return None
+        return "allow-type category skipped (DEFAULT_TYPE white in the tree's global_usage)"
+    return "white-usage category skipped (an allow list)" if _white_usage(directory) else None
+
+
 def _is_category_dir(path: Path) -> bool:
     return any((path / name).is_file() for name in (*_DOMAIN_FILES, *_URL_FILES))
 
@@ -344,15 +375,19 @@ class _Loader:
             if self.categories is None
             else {aliases.get(name, name) for name in self.categories}
         )
+        catalogue = _global_usage(root) if selected is None and not self.action else {}
         for directory in directories:
             name = directory.name
             result.categories.setdefault(name, str(directory))
             if selected is not None and name not in selected:
                 continue
-            if selected is None and self.action is None and _white_usage(directory):
+            why = (
+                _allow_type(directory, catalogue) if selected is None and not self.action else None
+            )
+            if why is not None:
                 result.skipped.append(
-                    f"{directory}: white-usage category skipped (an allow list): name it in "
-                    "--allow to allow it, or in --categories to block it"
+                    f"{directory}: {why}: name it in --allow to allow it, or in --categories "
+                    "to block it"
                 )
                 continue
             self.category_dir(directory, self.action or BLOCK)
