@@ -184,3 +184,23 @@ def test_dest_lists_follow_squidguard_and_note_each_deviation(tmp_path: Path) ->
     assert not rules.filter.check("http://second.test/").blocked
     where = [note.split(": ", 1)[0] for note in rules.notes]
     assert where == [f"{domains}:3", f"{domains}:4", f"{domains}:5", f"{urls}:1"]
+
+
+def test_what_squidguard_16_cannot_parse_is_read_as_meant_and_noted(tmp_path: Path) -> None:
+    from urlsieve.policy.squidguard import read_squidguard
+
+    conf = tmp_path / "squidGuard.conf"
+    conf.write_text(
+        "rew r {\n s@/old@/new@\n s@(/a)@/b@\n}\n"
+        "src kids {\n ip 10.0.0.0/24, 10.1.0.1\n user carol, bob\n}\n"
+        "acl {\n default {\n pass all\n rewrite r\n }\n}\n"
+    )
+    read = read_squidguard(conf)
+    said = " ".join(read.notes + read.policy.notes)
+    assert f"{conf}:2: '@/old@/new@'" in said.replace("'s@", "'@")
+    assert "(/a)" not in said
+    assert f"{conf}:6: '10.0.0.0/24,'" in said
+    assert f"{conf}:7: user 'carol,'" in said
+    kids = read.policy.sources[0]
+    assert kids.addresses is not None and "10.1.0.1" in kids.addresses
+    assert kids.users == frozenset({"carol,", "bob"})

@@ -32,6 +32,9 @@ DEVIATIONS = (
     "the rest of a domainlist/urllist line (squidGuard: that entry's own redirect page) is not "
     "applied, and a domainlist entry squidGuard never matches (.host, *.host, http://host/, "
     "host/) is read as the host it names: each listed as a note",
+    "a comma right after a network in an ip statement, and a substitution of word "
+    "characters only (s@old@new@), are syntax errors for squidGuard 1.6 (it passes "
+    "everything); urlsieve reads them as meant: each listed as a note",
     "squidGuard's lookup bugs are not copied (neighbour-only list comparisons, client domains "
     "without a dot boundary, whole-day dates missing 23:59, blocks without a page passing)",
 )

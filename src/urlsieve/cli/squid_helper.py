@@ -15,6 +15,7 @@ from urlsieve.gateway.policy_helper import POLICY_FALLBACK_PAGE, PolicyHelper
 from urlsieve.gateway.protocol import HelperMode
 from urlsieve.gateway.ruleset import filter_loader, policy_loader, rules_watch
 from urlsieve.gateway.squid import HelperSettings, SquidHelper, serve, stderr_logger
+from urlsieve.policy.blocklog import RequestLog
 
 _CHANNELS = {"auto": None, "yes": True, "no": False}
 
@@ -37,6 +38,12 @@ def register(sub: Any) -> None:
         "--squidguard-conf",
         metavar="FILE",
         help="decide by this squidGuard.conf as it is (sources, times, ACLs, dests)",
+    )
+    p.add_argument(
+        "--json-log",
+        metavar="FILE",
+        help="with a policy: log every decision as a JSON line (squidGuard's log fields, the "
+        "rule and file:line that decided); reopened on SIGHUP",
     )
     p.add_argument("--mode", choices=[m.value for m in HelperMode], help="reply form")
     p.add_argument("--redirect-url", metavar="TEMPLATE", help="block page (%%u %%c %%a …)")
@@ -77,7 +84,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if not rules.loaded:
         log(f"starting without rules, failure mode {config.failure_mode.value}: {rules.error}")
-    rules.install_sighup()
+    request_log = RequestLog(args.json_log, log=log) if policy else None
+    if args.json_log and not policy:
+        raise ConfigError("--json-log needs a policy (--squidguard-conf, or [[acl]] tables)")
+    rules.install_sighup(*([request_log.reopen] if request_log is not None else []))
     try:
         settings = HelperSettings(
             # A policy's ACLs give block pages; this one serves an ACL that gives none.
@@ -93,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if policy:
-        helper: SquidHelper = PolicyHelper(rules, settings, log=log)
+        helper: SquidHelper = PolicyHelper(rules, settings, log=log, request_log=request_log)
     else:
         feed = unknown_feed(config, log)
         block = config.unknown_policy == "block"
@@ -103,6 +113,15 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if helper.unknown is not None:
             helper.unknown.close()
+        if request_log is not None:
+            request_log.close()
+            logged = request_log.stats
+            if logged.written or logged.errors or logged.dropped:
+                log(
+                    f"request logs: {logged.written} lines written, {logged.dropped} dropped "
+                    f"(queue full), {logged.errors} not written"
+                    + (f" (last: {logged.last_error})" if logged.last_error else "")
+                )
     stats = helper.stats
     learning = ""
     if helper.unknown is not None:

@@ -143,11 +143,13 @@ class LiveRules(Generic[T_co]):
         """Ask for a reload at the next :meth:`poll` (safe to call from a signal handler)."""
         self._requested = True
 
-    def install_sighup(self) -> None:
-        """Reload on SIGHUP (main thread only)."""
+    def install_sighup(self, *also: Callable[[], None]) -> None:
+        """Reload on SIGHUP (main thread only); ``also``: called too (reopen logs)."""
 
         def handler(_signum: int, _frame: FrameType | None) -> None:
             self.request_reload()
+            for call in also:
+                call()
 
         signal.signal(signal.SIGHUP, handler)
 

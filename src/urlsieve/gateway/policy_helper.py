@@ -26,6 +26,7 @@ from urlsieve.gateway.protocol import (
     parse_request,
 )
 from urlsieve.gateway.squid import SquidHelper
+from urlsieve.policy.blocklog import RequestLog
 from urlsieve.policy.engine import BLOCK, PASS, REWRITE, WARN, Decision, PolicyEngine, Who
 from urlsieve.policy.pages import render_page, split_status
 
@@ -43,9 +44,11 @@ POLICY_FALLBACK_PAGE = "http://blocked.invalid/?target=%t&source=%s&url=%u"
 class PolicyHelper(SquidHelper):
     """Answers request lines by the policy of the current :class:`PolicyEngine`."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, request_log: RequestLog | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._whos: dict[bytes, Who] = {}
+        self._whos: dict[bytes, tuple[Who, str]] = {}
+        #: squidGuard's request logs and the JSON-lines log (written off the request path).
+        self.request_log = request_log
 
     def _engine(self) -> PolicyEngine:
         engine: PolicyEngine = self.rules.get()  # type: ignore[assignment]
@@ -60,6 +63,7 @@ class PolicyHelper(SquidHelper):
         picked: list[int] = []
         targets: list[str] = []
         whos: list[Who] = []
+        methods: list[str] = []
         who_of = self._who_of
         for k, (line, url) in enumerate(zip(lines, urls, strict=True)):
             if url is None:
@@ -71,14 +75,20 @@ class PolicyHelper(SquidHelper):
                 urls[k] = None
                 continue
             rest = parts[-1] if len(parts) > (1 if chan[k] < 0 else 2) else b""
-            who = who_of(rest)
-            if who is None:
+            known = who_of(rest)
+            if known is None:
                 urls[k] = None
                 continue
             picked.append(k)
             targets.append(url)
-            whos.append(who)
+            whos.append(known[0])
+            methods.append(known[1])
         decided = engine.decide_many(targets, whos) if targets else []
+        log = self.request_log
+        if log is not None and decided and log.wanted(engine):
+            for url, who, method, decision in zip(targets, whos, methods, decided, strict=True):
+                if not isinstance(decision, InvalidURL):
+                    log.record(engine, decision, url, who, method)
         replies: list[str | None] = [None] * len(lines)
         for k, url, who, decision in zip(picked, targets, whos, decided, strict=True):
             if isinstance(decision, InvalidURL):
@@ -98,18 +108,19 @@ class PolicyHelper(SquidHelper):
             for line, reply in zip(lines, replies, strict=True)
         ]
 
-    def _who_of(self, rest: bytes) -> Who | None:
-        """Who asks, from the fields after the URL (cached: a client sends many requests);
-        None for fields the usual path must read (a CONNECT method)."""
-        who = self._whos.get(rest)
-        if who is None:
+    def _who_of(self, rest: bytes) -> tuple[Who, str] | None:
+        """Who asks and the method, from the fields after the URL (cached: a client sends
+        many requests); None for fields the usual path must read (a CONNECT method)."""
+        known = self._whos.get(rest)
+        if known is None:
             if len(self._whos) >= 1 << 16:
                 self._whos.clear()
             request = parse_request(b"http://fields.invalid/ " + rest, channels=False)
             if request.method == "CONNECT":
                 return None
-            who = self._whos[rest] = Who(request.client, request.client_name, request.user)
-        return who
+            who = Who(request.client, request.client_name, request.user)
+            known = self._whos[rest] = (who, request.method or "-")
+        return known
 
     def _answer(self, request: HelperRequest) -> str:
         self.stats.requests += 1
@@ -122,6 +133,9 @@ class PolicyHelper(SquidHelper):
                 if decision.action in (BLOCK, WARN):
                     break
                 decision = engine.decide(reading, who)
+            log = self.request_log
+            if log is not None and log.wanted(engine):
+                log.record(engine, decision, request.url, who, request.method or "-")
         except ProtocolError as exc:
             return self._failure(request, exc.reason)
         except InvalidURL as exc:

@@ -36,10 +36,12 @@ from urlsieve.policy.timerules import TimeRule
 __all__ = [
     "ALL",
     "IN_ADDR",
+    "LOG_OWNERS",
     "NONE",
     "Acl",
     "Branch",
     "Dest",
+    "LogSpec",
     "PassEntry",
     "Policy",
     "PolicyError",
@@ -148,6 +150,20 @@ class Rewrite:
     where: str | None = None
 
 
+@dataclass(frozen=True)
+class LogSpec:
+    """A squidGuard ``log`` statement: the file requests are logged to (``anonymous``: no
+    user names; ``verbose``: passed requests too, not only blocks and rewrites)."""
+
+    path: str
+    anonymous: bool = False
+    verbose: bool = False
+
+
+#: Where a ``log`` statement may be: a destination, a source, an ACL, a rewrite.
+LOG_OWNERS = ("dest", "src", "acl", "rew")
+
+
 @dataclass
 class Policy:
     """A whole policy; :meth:`validate` checks every name it uses."""
@@ -166,6 +182,8 @@ class Policy:
     #: The warning page (squidGuard's substitutions; it links to the service's /v1/continue).
     warn_page: str | None = None
     origin: str = "<policy>"
+    #: squidGuard's ``log`` statements by ``(owner kind, name)`` (:data:`LOG_OWNERS`).
+    logs: dict[tuple[str, str], LogSpec] = field(default_factory=dict)
     #: ``file:line: reason`` for each list line or entry not loaded (the rest loaded).
     skipped: list[str] = field(default_factory=list)
     #: ``file:line: text`` for each list entry read in a way worth knowing (as squidGuard

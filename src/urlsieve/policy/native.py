@@ -52,7 +52,18 @@ from typing import Any
 
 from urlsieve.policy.clients import AddressSet
 from urlsieve.policy.lists import ListRead, read_ip_statement, read_iplist, read_userlist
-from urlsieve.policy.model import Acl, Branch, Dest, PassEntry, Policy, PolicyError, Rewrite, Source
+from urlsieve.policy.model import (
+    LOG_OWNERS,
+    Acl,
+    Branch,
+    Dest,
+    LogSpec,
+    PassEntry,
+    Policy,
+    PolicyError,
+    Rewrite,
+    Source,
+)
 from urlsieve.policy.rewrite import parse_substitution, safe_search
 from urlsieve.policy.timerules import (
     DateEntry,
@@ -64,7 +75,7 @@ from urlsieve.policy.timerules import (
 __all__ = ["POLICY_SECTIONS", "has_policy", "read_native"]
 
 #: The TOML sections a policy is written in.
-POLICY_SECTIONS = ("policy", "time", "dest", "source", "rewrite", "acl")
+POLICY_SECTIONS = ("policy", "time", "dest", "source", "rewrite", "acl", "log")
 
 
 def has_policy(data: Mapping[str, Any]) -> bool:
@@ -260,6 +271,19 @@ def read_native(data: Mapping[str, Any], path: str) -> Policy:
         if name in policy.acls:
             raise PolicyError(f"ACL {name!r} is defined twice", where)
         policy.acls[name] = Acl(name, _branch(table, where), time, within, otherwise, where)
+    for where, table in _tables(data, "log", path):
+        _known(table, {"owner", "name", "file", "anonymous", "verbose"}, where)
+        owner, name = table.get("owner"), _name(table, where)
+        if owner not in LOG_OWNERS:
+            raise PolicyError(f"owner must be one of {', '.join(LOG_OWNERS)}", where)
+        target = table.get("file")
+        if not isinstance(target, str) or not target:
+            raise PolicyError("file must be a path", where)
+        flags = [table.get(k, False) for k in ("anonymous", "verbose")]
+        if not all(isinstance(f, bool) for f in flags):
+            raise PolicyError("anonymous and verbose must be true or false", where)
+        full = target if os.path.isabs(target) else str(base / target)
+        policy.logs[(owner, name)] = LogSpec(full, *flags)
     return policy
 
 
@@ -375,6 +399,16 @@ def to_toml(policy: Policy) -> str:
             )
             out.append(f"else = {{ {inner} }}")
         out.append("")
+    for (owner, name), spec in policy.logs.items():
+        out += [
+            "[[log]]",
+            f"owner = {_q(owner)}",
+            f"name = {_q(name)}",
+            f"file = {_q(spec.path)}",
+            f"anonymous = {'true' if spec.anonymous else 'false'}",
+            f"verbose = {'true' if spec.verbose else 'false'}",
+            "",
+        ]
     return "\n".join(out)
 
 

@@ -26,6 +26,7 @@ from urlsieve.policy.model import (
     Acl,
     Branch,
     Dest,
+    LogSpec,
     PassEntry,
     Policy,
     PolicyError,
@@ -46,6 +47,8 @@ __all__ = ["MAX_CONF_BYTES", "SquidGuardConf", "read_squidguard"]
 MAX_CONF_BYTES = 16 << 20
 _TOKEN = re.compile(r'"[^"\n]*"|[{}]|[^\s{}#]+|#[^\n]*|\n')
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
+#: What squidGuard 1.6's lexer reads as one word (a substitution of these alone is one).
+_SG_WORD = re.compile(r"[A-Za-z/][A-Za-z0-9/_\-.:%+?=&@,]*")
 
 
 @dataclass
@@ -231,10 +234,7 @@ class _Reader:
             elif key == "redirect":
                 values["redirect"] = self.one(inner, rest)
             elif key in ("log", "logfile"):
-                self.note(
-                    inner,
-                    f"dest {name!r}: '{key}' is not mapped (urlsieve logs to stderr and metrics)",
-                )
+                self.log(inner, "dest", name)
             elif key in ("rewrite", "rew"):
                 self.note(
                     inner, f"dest {name!r}: a rewrite on a destination is not supported: ignored"
@@ -289,7 +289,7 @@ class _Reader:
             elif key == "domain":
                 domains = (domains or []) + [d.lower().strip(".") for d in rest]
             elif key in ("log", "logfile"):
-                self.note(inner, f"src {name!r}: '{key}' is not mapped")
+                self.log(inner, "src", name)
             elif key in ("within", "outside"):
                 time, within = self.time_limit(inner, inner.words)
             else:
@@ -343,10 +343,18 @@ class _Reader:
         for inner in stmt.block or []:
             key = inner.words[0]
             if key.lower() in ("log", "logfile"):
-                self.note(inner, f"rew {name!r}: '{key}' is not mapped")
+                self.log(inner, "rew", name)
                 continue
+            text = " ".join(inner.words)
+            if _SG_WORD.fullmatch(text):
+                self.note(
+                    inner,
+                    f"{text!r}: squidGuard 1.6 reads this substitution as a word (a syntax "
+                    "error: it passes every request); urlsieve applies it (deviation: write "
+                    "a group, s@(old)@new@, for both)",
+                )
             try:
-                subs.append(parse_substitution(" ".join(inner.words)))
+                subs.append(parse_substitution(text))
             except ValueError as exc:
                 raise self.fail(inner, str(exc)) from None
         self.conf.policy.rewrites[name] = Rewrite(name, tuple(subs), self.where(stmt))
@@ -374,7 +382,7 @@ class _Reader:
                     pending.branch,
                     pending.time,
                     pending.within,
-                    self.branch(inner),
+                    self.branch(inner, pending.source),
                     pending.where,
                 )
                 self.conf.policy.acls[pending.source] = pending
@@ -385,10 +393,31 @@ class _Reader:
             time, within = self.time_limit(inner, words[1:])
             if name in self.conf.policy.acls:
                 raise self.fail(inner, f"ACL {name!r} is defined twice")
-            pending = Acl(name, self.branch(inner), time, within, None, self.where(inner))
+            pending = Acl(name, self.branch(inner, name), time, within, None, self.where(inner))
             self.conf.policy.acls[name] = pending
 
-    def branch(self, stmt: _Stmt) -> Branch:
+    def log(self, stmt: _Stmt, owner: str, name: str) -> None:
+        """``log [anonymous] [verbose] FILE``: FILE relative to logdir, as squidGuard opens it."""
+        words = stmt.words[1:]
+        flags = {w.lower() for w in words[:-1]}
+        if not words or not flags <= {"anonymous", "verbose"}:
+            raise self.fail(stmt, "expected 'log [anonymous] [verbose] FILE'")
+        path = words[-1]
+        if not os.path.isabs(path):
+            path = os.path.join(self.conf.logdir or "/var/log/squidguard", path)
+        key = (owner, name)
+        if key in self.conf.policy.logs:
+            self.note(stmt, f"a second log for {owner} {name!r}: ignored (as squidGuard does)")
+            return
+        if owner == "acl" and name != "default":
+            self.note(
+                stmt,
+                f"a log in ACL {name!r}: squidGuard writes only the default ACL's log, so "
+                "this one stays empty there; urlsieve does the same",
+            )
+        self.conf.policy.logs[key] = LogSpec(path, "anonymous" in flags, "verbose" in flags)
+
+    def branch(self, stmt: _Stmt, acl: str = "default") -> Branch:
         passes: list[PassEntry] = []
         redirect = rewrite = None
         for inner in stmt.block or []:
@@ -401,7 +430,7 @@ class _Reader:
             elif key in ("rewrite", "rew"):
                 rewrite = self.one(inner, rest)
             elif key in ("log", "logfile"):
-                self.note(inner, f"'{key}' in an ACL is not mapped")
+                self.log(inner, "acl", acl)
             else:
                 raise self.fail(inner, f"unknown statement {inner.words[0]!r} in an ACL")
         return Branch(tuple(passes), redirect, rewrite)
