@@ -204,3 +204,14 @@ def test_what_squidguard_16_cannot_parse_is_read_as_meant_and_noted(tmp_path: Pa
     kids = read.policy.sources[0]
     assert kids.addresses is not None and "10.1.0.1" in kids.addresses
     assert kids.users == frozenset({"carol,", "bob"})
+
+
+def test_expressionlist_blanks_are_noted(tmp_path: Path) -> None:
+    from urlsieve.policy.build import build_rules
+    from urlsieve.policy.model import Dest, Policy
+
+    expressions = tmp_path / "expressions"
+    expressions.write_bytes(b"casino\n  poker\n# a comment\nslots \r\n")
+    rules = build_rules(Policy(dests={"games": Dest("games", expressionlist=str(expressions))}))
+    assert [n.split(": ", 1)[0] for n in rules.notes] == [f"{expressions}:2", f"{expressions}:4"]
+    assert rules.expressions.matches("games", "http://x.test/poker")

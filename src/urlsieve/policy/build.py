@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from urlsieve.exceptions import RuleSyntaxError
 from urlsieve.filter import Filter
 from urlsieve.match.snapshot import SnapshotBuilder, SnapshotMatcher
 from urlsieve.policy.expressions import ExpressionSet, read_expressions
 from urlsieve.policy.model import Policy
-from urlsieve.rules.load import LoadResult, load_category_files, load_lists
+from urlsieve.rules.load import LoadResult, load_category_files, load_lists, read_list_text
 from urlsieve.rules.model import ALLOW
 
 __all__ = ["PolicyRules", "build_rules"]
@@ -60,6 +61,7 @@ def build_rules(
         result.merge(load_lists(allow, action=ALLOW, strict=strict, sink=builder))
     patterns: dict[str, list[str]] = {}
     warnings: list[RuleSyntaxError] = []
+    notes: list[str] = []
     for report in result.reports:
         # A category's "expressions" file (UT1's optional very_restrictive_expression is not
         # applied unless named as a destination's expressionlist).
@@ -83,6 +85,7 @@ def build_rules(
             )
             result.merge(loaded)
         if dest.expressionlist:
+            notes += _expression_notes(dest.expressionlist)
             good, bad = read_expressions(dest.expressionlist)
             if bad and strict:
                 raise bad[0]
@@ -92,8 +95,28 @@ def build_rules(
     matcher = SnapshotMatcher.from_image(builder.build(meta))
     rules = Filter(matcher, load=result)
     return PolicyRules(
-        rules, ExpressionSet(patterns), result.warnings + warnings, patterns, result.notes
+        rules, ExpressionSet(patterns), result.warnings + warnings, patterns, result.notes + notes
     )
+
+
+def _expression_notes(path: str) -> list[str]:
+    """squidGuard reads every line of an expressionlist as an expression, blanks and all
+    (``sgDestExpressionList`` in its ``sg.y``): one with blanks around it needs them in
+    the URL and matches nothing there; urlsieve strips them (a deviation, noted)."""
+    try:
+        text = read_list_text(Path(path))
+    except (OSError, RuleSyntaxError):
+        return []  # read_expressions reports it
+    out = []
+    for number, line in enumerate(text.split("\n"), 1):
+        body = line.rstrip("\r")
+        core = body.strip()
+        if core and not core.startswith("#") and core != body:
+            out.append(
+                f"{path}:{number}: {body!r} has blanks around it: squidGuard keeps them (so it "
+                "matches nothing there); urlsieve strips them (deviation)"
+            )
+    return out
 
 
 def load_rules(path: str) -> PolicyRules:
