@@ -96,6 +96,7 @@ src staff {{
 rew safe {{
     s@(google\\.[a-z]+/search\\?)@\\1safe=active\\&@i
     s@^http://old\\.school\\.example/@http://school.example/@r
+    s@(/zz)@/y&@g
 }}
 
 acl {{
@@ -252,6 +253,7 @@ PATHS = [
     "/x%2Fy",
     "/a\\b",  # a backslash and a quote: escaped in urlsieve's quoted reply value
     '/q"x',
+    "/zz/a/zz/b",  # the g flag and & (the whole match) of the rewrite
 ]
 
 
@@ -374,6 +376,7 @@ name = "safe"
 substitutions = [
     's@(google\\.[a-z]+/search\\?)@\\1safe=active\\&@i',
     's@^http://old\\.school\\.example/@http://school.example/@r',
+    's@(/zz)@/y&@g',
 ]
 
 [[acl]]

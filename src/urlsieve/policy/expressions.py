@@ -42,15 +42,17 @@ def _options() -> Any:
     return options
 
 
-def search_spans(compiled: Any, text: str) -> list[tuple[int, int]] | None:
+def search_spans(compiled: Any, text: str, pos: int = 0) -> list[tuple[int, int]] | None:
     """The spans (whole match, then each group; ``(-1, -1)`` for a group that did not take
-    part) of the first match of an RE2 pattern in ``text``, or None. ASCII text goes to
-    RE2 directly (the bindings' ``search`` maps offsets for any text, at twice the cost)."""
+    part) of the first match of an RE2 pattern in ``text`` at or after ``pos``, or None.
+    The text before ``pos`` is context: ``^`` never matches at a ``pos`` past 0 (POSIX's
+    REG_NOTBOL, as squidGuard's global substitution searches). ASCII text goes to RE2
+    directly (the bindings' ``search`` maps offsets for any text, at twice the cost)."""
     if text.isascii():
         data = text.encode("ascii")
-        spans: list[tuple[int, int]] = compiled._regexp.Match(_unanchored(), data, 0, len(data))
+        spans: list[tuple[int, int]] = compiled._regexp.Match(_unanchored(), data, pos, len(data))
         return None if spans[0][0] < 0 else spans
-    match = compiled.search(text)
+    match = compiled.search(text, pos)
     if match is None:
         return None
     return [match.span(g) for g in range(len(match.groups()) + 1)]

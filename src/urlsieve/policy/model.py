@@ -135,12 +135,14 @@ class Acl:
 @dataclass(frozen=True)
 class Substitution:
     """``s@pattern@replacement@flags``: ``i`` ignores case, ``r``/``R`` answer with a 302/301
-    redirect instead of rewriting in place; the first substitution that matches applies."""
+    redirect instead of rewriting in place, ``g`` replaces every match; the first
+    substitution that matches applies."""
 
     pattern: str
     replacement: str
     ignore_case: bool = False
     redirect: int | None = None  # 301 or 302
+    every: bool = False  # the g flag
 
 
 @dataclass(frozen=True)

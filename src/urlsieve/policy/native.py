@@ -384,6 +384,7 @@ def to_toml(policy: Policy) -> str:
         subs = [
             f"s@{s.pattern}@{s.replacement}@"
             + ("i" if s.ignore_case else "")
+            + ("g" if s.every else "")
             + ({301: "R", 302: "r"}.get(s.redirect or 0, ""))
             for s in rewrite.substitutions
         ]

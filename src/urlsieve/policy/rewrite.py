@@ -1,9 +1,15 @@
-"""Rewrites: regular-expression substitutions applied to the URLs an ACL passes.
+r"""Rewrites: regular-expression substitutions applied to the URLs an ACL passes.
 
-squidGuard's ``rew`` blocks hold ``s@pattern@replacement@flags`` lines: ``i`` ignores
-case, ``r`` answers with a redirect (302) and ``R`` with a permanent one (301) instead
-of rewriting the request in place. The first substitution whose pattern matches
-applies, once. Patterns run under RE2 (linear time, see :mod:`.expressions`).
+squidGuard's ``rew`` blocks hold ``s@pattern@replacement@flags`` lines, read as its
+``sgRewriteSubstitute`` reads them: the pattern ends at the first separator without a
+backslash before it, the flags follow the last one, and the replacement (which may hold
+the separator) is what lies between. Flags: ``i`` (or ``I``) ignores case, ``r`` answers
+with a redirect (302) and ``R`` with a permanent one (301) instead of rewriting the
+request in place, ``g`` replaces every match (later matches never at ``^``), not only the
+first. In the replacement ``\1`` … ``\9`` insert a group, ``&`` the whole match, and a
+backslash makes any other character literal (``\&``). The first substitution whose
+pattern matches applies. Patterns run under RE2 (linear time, see :mod:`.expressions`);
+a ``g`` substitution makes at most :data:`MAX_REPLACEMENTS` replacements in one URL.
 """
 
 from __future__ import annotations
@@ -15,7 +21,11 @@ from typing import Any
 from urlsieve.policy.expressions import _options, _re2, check_expression, search_spans
 from urlsieve.policy.model import Rewrite, Substitution
 
-__all__ = ["SAFE_SEARCH", "RewriteSet", "parse_substitution", "safe_search"]
+__all__ = ["MAX_REPLACEMENTS", "SAFE_SEARCH", "RewriteSet", "parse_substitution", "safe_search"]
+
+#: Replacements a ``g`` substitution makes in one URL at most (each costs a search of the
+#: rest of the URL: the cap keeps a hostile URL's rewrite linear in its length).
+MAX_REPLACEMENTS = 256
 
 #: Safe-search enforcement for the major search engines, as ufdbGuard offers: a search URL
 #: gets the engine's strict-filter parameter (an existing one is overwritten). Each pair is
@@ -27,19 +37,19 @@ __all__ = ["SAFE_SEARCH", "RewriteSet", "parse_substitution", "safe_search"]
 SAFE_SEARCH: tuple[str, ...] = (
     # Google (any country domain): safe=active
     r"s@^(https?://(?:www\.)?google\.(?:com?\.)?[a-z]{2,3}/(?:search|images|webhp)\?(?:[^#]*&)?)safe=[^&#]*@\1safe=active@i",
-    r"s@^(https?://(?:www\.)?google\.(?:com?\.)?[a-z]{2,3}/(?:search|images|webhp)\?)@\1safe=active&@i",
+    r"s@^(https?://(?:www\.)?google\.(?:com?\.)?[a-z]{2,3}/(?:search|images|webhp)\?)@\1safe=active\&@i",
     # Bing: adlt=strict
     r"s@^(https?://(?:www\.)?bing\.com/(?:images/|videos/)?search\?(?:[^#]*&)?)adlt=[^&#]*@\1adlt=strict@i",
-    r"s@^(https?://(?:www\.)?bing\.com/(?:images/|videos/)?search\?)@\1adlt=strict&@i",
+    r"s@^(https?://(?:www\.)?bing\.com/(?:images/|videos/)?search\?)@\1adlt=strict\&@i",
     # DuckDuckGo: kp=1 (strict)
     r"s@^(https?://(?:html\.|lite\.)?duckduckgo\.com/(?:html/?|lite/?)?\?(?:[^#]*&)?)kp=[^&#]*@\1kp=1@i",
-    r"s@^(https?://(?:html\.|lite\.)?duckduckgo\.com/(?:html/?|lite/?)?\?)@\1kp=1&@i",
+    r"s@^(https?://(?:html\.|lite\.)?duckduckgo\.com/(?:html/?|lite/?)?\?)@\1kp=1\&@i",
     # Yahoo: vm=r
     r"s@^(https?://(?:[a-z]+\.)?search\.yahoo\.com/search\?(?:[^#]*&)?)vm=[^&#]*@\1vm=r@i",
-    r"s@^(https?://(?:[a-z]+\.)?search\.yahoo\.com/search\?)@\1vm=r&@i",
+    r"s@^(https?://(?:[a-z]+\.)?search\.yahoo\.com/search\?)@\1vm=r\&@i",
     # Yandex: family=yes
     r"s@^(https?://(?:www\.)?yandex\.(?:com\.)?[a-z]{2,3}/(?:search|images/search)/?\?(?:[^#]*&)?)family=[^&#]*@\1family=yes@i",
-    r"s@^(https?://(?:www\.)?yandex\.(?:com\.)?[a-z]{2,3}/(?:search|images/search)/?\?)@\1family=yes&@i",
+    r"s@^(https?://(?:www\.)?yandex\.(?:com\.)?[a-z]{2,3}/(?:search|images/search)/?\?)@\1family=yes\&@i",
 )
 
 
@@ -49,31 +59,37 @@ def safe_search() -> tuple[Substitution, ...]:
 
 
 def parse_substitution(text: str) -> Substitution:
-    """``s@pattern@replacement@flags`` (any one character after ``s`` separates)."""
+    """``s@pattern@replacement@flags`` (any one character after ``s`` separates), split as
+    squidGuard splits it (see the module)."""
     if len(text) < 4 or text[0] != "s":
         raise ValueError(f"{text!r}: write s@pattern@replacement@flags")
     sep = text[1]
-    parts = text[2:].split(sep)
-    if len(parts) != 3:
+    body = text[2:]
+    cut = body.find(sep)
+    while cut > 0 and body[cut - 1] == "\\":  # an escaped separator is the pattern's
+        cut = body.find(sep, cut + 1)
+    last = body.rfind(sep)
+    if cut < 0 or last == cut:
         raise ValueError(f"{text!r}: expected three {sep!r}-separated fields after 's'")
-    pattern, replacement, flags = parts
+    pattern, replacement, flags = body[:cut], body[cut + 1 : last], body[last + 1 :]
     if not pattern:
         raise ValueError(f"{text!r}: an empty pattern")
-    unknown = set(flags) - set("irR")
+    unknown = set(flags) - set("girRI")
     if unknown:
-        raise ValueError(f"{text!r}: unknown flag(s) {''.join(sorted(unknown))} (use i, r, R)")
+        raise ValueError(f"{text!r}: unknown flag(s) {''.join(sorted(unknown))} (use i, g, r, R)")
     why = check_expression(pattern)
     if why is not None:
         raise ValueError(f"{text!r}: {why}")
     redirect = 301 if "R" in flags else 302 if "r" in flags else None
-    return Substitution(pattern, replacement, "i" in flags, redirect)
+    ignore_case = "i" in flags or "I" in flags
+    return Substitution(pattern, replacement, ignore_case, redirect, every="g" in flags)
 
 
 class RewriteSet:
     """Compiled rewrites by name."""
 
     def __init__(self, rewrites: Mapping[str, Rewrite]) -> None:
-        self._compiled: dict[str, list[tuple[Any, list[str | int], int | None]]] = {}
+        self._compiled: dict[str, list[tuple[Any, list[str | int], int | None, bool]]] = {}
         if not rewrites:
             return
         re2 = _re2()
@@ -82,30 +98,60 @@ class RewriteSet:
             for sub in rewrite.substitutions:
                 options = _options()
                 options.case_sensitive = not sub.ignore_case
-                compiled.append(
-                    (re2.compile(sub.pattern, options), _replacement(sub.replacement), sub.redirect)
-                )
+                pattern = re2.compile(sub.pattern, options)
+                compiled.append((pattern, _replacement(sub.replacement), sub.redirect, sub.every))
             self._compiled[name] = compiled
 
     def apply(self, name: str, url: str) -> tuple[str, int | None] | None:
         """The rewritten URL and its redirect status (None: rewrite in place), or None when
         no substitution of the rewrite matches."""
-        for pattern, replacement, status in self._compiled.get(name, ()):
+        for pattern, replacement, status, every in self._compiled.get(name, ()):
             spans = search_spans(pattern, url)
             if spans is not None:
-                start, end = spans[0]
-                new = url[:start] + _expand(replacement, url, spans) + url[end:]
+                new = _substitute(pattern, replacement, url, spans, every)
                 return (new, status) if new != url else None  # already as wanted
         return None
 
 
+def _substitute(
+    pattern: Any, replacement: list[str | int], url: str, spans: list[tuple[int, int]], every: bool
+) -> str:
+    """``url`` with its first match (``spans``) replaced and, with ``every``, each later one
+    (searched after the last, ``^`` never matching there; an empty match moves one
+    character on), up to :data:`MAX_REPLACEMENTS`."""
+    parts = []
+    done = 0  # url[:done] is written
+    for _ in range(MAX_REPLACEMENTS):
+        start, end = spans[0]
+        parts.append(url[done:start])
+        parts.append(_expand(replacement, url, spans))
+        done = end
+        if not every:
+            break
+        following = end if end > start else end + 1
+        if following > len(url):
+            break
+        if end == start:  # an empty match: keep the character it stood before
+            parts.append(url[end:following])
+            done = following
+        found = search_spans(pattern, url, following)
+        if found is None:
+            break
+        spans = found
+    parts.append(url[done:])
+    return "".join(parts)
+
+
 def _replacement(text: str) -> list[str | int]:
-    """The replacement cut into literal text and group numbers: ``\\1`` … ``\\9`` insert a
-    group, any other ``\\x`` is ``x`` (squidGuard's ``\\&`` is a literal ``&``)."""
+    """The replacement cut into literal text and group numbers, as squidGuard reads it:
+    ``\\1`` … ``\\9`` insert a group, ``&`` the whole match (group 0), any other ``\\x`` is
+    ``x`` (``\\&`` is a literal ``&``)."""
     out: list[str | int] = []
-    for m in re.finditer(r"\\(.)|[^\\]+|\\$", text, re.DOTALL):
+    for m in re.finditer(r"\\(.)|&|[^\\&]+|\\$", text, re.DOTALL):
         escaped = m.group(1)
-        if escaped is not None and escaped.isdigit():
+        if m.group() == "&":
+            out.append(0)
+        elif escaped is not None and escaped.isdigit():
             out.append(int(escaped))
         else:
             out.append(escaped if escaped is not None else m.group())
