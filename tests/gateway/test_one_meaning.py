@@ -130,9 +130,12 @@ def test_every_command_gives_the_same_verdicts(
             assert reply == "ERR"
     # the service
     with TestClient(create_app(load_config(str(config), env={}))) as client:
-        for url, action, category, _m in CASES:
+        for url, action, category, matching in CASES:
             body = client.get("/v1/check", params={"url": url}).json()
             assert (body["action"], body["category"]) == (action, category), url
+            body = client.get("/v1/explain", params={"url": url}).json()
+            assert (body["action"], body["category"]) == (action, category), url
+            assert body["matching"] == matching, url
 
 
 def test_with_no_selection_ut1_usage_marks_decide(

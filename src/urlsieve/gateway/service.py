@@ -249,6 +249,7 @@ def explanation_json(explanation: Explanation) -> dict[str, Any]:
         "canonical": explanation.canonical,
         "action": explanation.verdict.action,
         "category": explanation.verdict.category,
+        "matching": list(explanation.matching),
         "probes": list(explanation.probes),
         "rule": rule_json(explanation.rule),
     }
@@ -1513,6 +1514,12 @@ OPENAPI: dict[str, Any] = {
                     "canonical": {"type": "string"},
                     "action": {"enum": ["block", "allow", "none"]},
                     "category": {"type": ["string", "null"]},
+                    "matching": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "every enforced category with a rule matching the URL "
+                        "(category: the one that decides)",
+                    },
                     "probes": {"type": "array", "items": {"type": "string"}},
                     "rule": {"$ref": "#/components/schemas/Rule"},
                 },
