@@ -116,18 +116,22 @@ def build() -> str:
 
     where = Path(urlsieve.__file__).resolve().parent
     installed = "site-packages" in where.parts
-    how = "installed (`pip install .` or a wheel)" if installed else "editable, from the work tree"
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown commit"
+    if installed:  # the commit it was built from is not in the package: the runner says it
+        commit = os.environ.get("URLSIEVE_BUILD_COMMIT", "an unnamed commit")
+        how = f"installed (`pip install .` or a wheel) from {commit}"
+    else:
+        try:
+            commit = subprocess.run(
+                ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            commit = "an unknown commit"
+        how = f"editable, from the work tree at {commit}"
     engine = report().summary()
-    return f"urlsieve {urlsieve.__version__} (work tree at {commit}), {how}, {engine}"
+    return f"urlsieve {urlsieve.__version__}, {how}, {engine}"
 
 
 def table(header: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
