@@ -214,8 +214,11 @@ class Origin:
 
 
 @contextlib.contextmanager
-def origin_server(pages: dict[str, Route] | None = None) -> Iterator[Origin]:
-    """Serve ``pages`` (default :data:`PAGES`) on 127.0.0.1, any Host; 404 elsewhere."""
+def origin_server(
+    pages: dict[str, Route] | None = None, *, host: str = "127.0.0.1"
+) -> Iterator[Origin]:
+    """Serve ``pages`` (default :data:`PAGES`) on ``host`` (a loopback address), any Host;
+    404 elsewhere."""
     table = PAGES if pages is None else pages
     origin = Origin(port=0)
 
@@ -243,6 +246,6 @@ def origin_server(pages: dict[str, Route] | None = None) -> Iterator[Origin]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    with serving(Handler) as port:
+    with serving(Handler, host) as port:
         origin.port = port
         yield origin

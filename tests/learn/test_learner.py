@@ -194,3 +194,17 @@ def test_a_job_is_finished_only_once_its_verdict_is_stored(tmp_path: Path, origi
     stats = queue.stats()
     queue.close()
     assert (stats.leased, stats.waiting, stats.done) == (0, 0, 3)
+
+
+def test_a_refused_target_is_logged_with_the_setting_that_would_allow_it(
+    tmp_path: Path, origin: Origin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = write_config(tmp_path, origin)
+    offer(conf, ["http://10.0.0.1/admin", f"http://93.184.216.34:{origin.port}/x"])
+    assert learn(conf, "run", "--until-idle") == 0
+    err = capsys.readouterr().err
+    assert "not fetched 'http://10.0.0.1/admin': 10.0.0.1 is private" in err, err
+    assert "learn.crawl.allow_networks" in err
+    assert f"93.184.216.34:{origin.port}: the crawler fetches only ports" in err
+    assert "learn.crawl.ports" in err
+    assert "2 refused" in err

@@ -337,6 +337,8 @@ class Learner:
             elif fetched.outcome in _RETRY:
                 retry.append(job)
             else:
+                if fetched.outcome == "refused":  # the reason names the setting to change
+                    self.log(f"not fetched {job.url[:200]!r}: {fetched.reason}")
                 kept.append(job)
         try:
             spool.extend(pages)
