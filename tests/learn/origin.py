@@ -20,10 +20,35 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 
 from tests.gateway.servers import serving
+from urlsieve.learn.phrases import PhraseSet
 
-__all__ = ["PAGES", "BLOCKED_HOST", "Origin", "Route", "origin_server"]
+__all__ = [
+    "BLOCKED_HOST",
+    "PAGES",
+    "PHRASES",
+    "Origin",
+    "Route",
+    "load_test_phrases",
+    "origin_server",
+]
+
+#: The phrase lists of the learning tests, in E2Guardian's format.
+PHRASES = Path(__file__).parent / "data" / "phrases"
+
+
+def load_test_phrases() -> PhraseSet:
+    """The test lists as the classifier tests load them: weighted, banned, exception, and
+    the Chinese lexicon under ``gambling`` with weight 30."""
+    return PhraseSet.load(
+        weighted=[PHRASES / "weightedphraselist"],
+        banned=[PHRASES / "bannedphraselist"],
+        exception=[PHRASES / "exceptionphraselist"],
+        lexicons=[(PHRASES / "lexicon_zh.txt", "gambling", 30)],
+    )
+
 
 #: The host the base lists of the end-to-end tests block; ``/redirect/blocked`` goes there.
 BLOCKED_HOST = "blocked.test"
