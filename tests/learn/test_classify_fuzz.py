@@ -136,6 +136,8 @@ def _reference_normalise(text: str) -> str:
     for _ in range(2):
         text = unicodedata.normalize("NFKC", text.translate(table))
     text = text.casefold()
+    if _lookalikes()[1].search(text):  # what casefold made into a look-alike
+        text = unicodedata.normalize("NFKC", text.translate(table)).casefold()
     if re.search(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]", text):
         text = _to_simplified(text)
     return " ".join(text.split())
