@@ -243,7 +243,7 @@ def origin_server(
     pages: dict[str, Route] | None = None, *, host: str = "127.0.0.1"
 ) -> Iterator[Origin]:
     """Serve ``pages`` (default :data:`PAGES`) on ``host`` (a loopback address), any Host;
-    404 elsewhere."""
+    404 elsewhere. A key ``name/path`` serves ``path`` to the Host ``name`` only."""
     table = PAGES if pages is None else pages
     origin = Origin(port=0)
 
@@ -255,7 +255,8 @@ def origin_server(
             with origin.lock:
                 origin.hits.append(f"{host}{self.path}")
                 origin.agents.append((self.headers.get("User-Agent") or "", f"{host}{self.path}"))
-            route = table.get(self.path.split("?", 1)[0])
+            path = self.path.split("?", 1)[0]
+            route = table.get(f"{host}{path}") or table.get(path)
             if route is None:
                 route = Route(404, (("Content-Type", "text/plain"),), b"not found\n", "-")
             if route.delay:

@@ -129,6 +129,9 @@ class Fetched:
     reason: str
     page: Page | None = None
     blocked: tuple[str, str] | None = None
+    #: Whether the fetch ended past the URL itself: at a redirect hop or in robots.txt
+    #: (what the site chose, as opposed to the URL a client asked for).
+    by_site: bool = False
 
 
 @dataclass
@@ -152,6 +155,7 @@ class _Stop(Exception):
         self.outcome: Outcome = outcome
         self.reason = reason
         self.blocked = blocked
+        self.by_site = False
 
 
 @dataclass(frozen=True)
@@ -321,7 +325,9 @@ class Crawler:
         try:
             result = await self._fetch(url, queued_at)
         except _Stop as stop:
-            result = Fetched(url, stop.outcome, stop.reason, blocked=stop.blocked)
+            result = Fetched(
+                url, stop.outcome, stop.reason, blocked=stop.blocked, by_site=stop.by_site
+            )
         except Exception as exc:  # a bug or an exotic failure must not end the crawl
             result = Fetched(url, "error", f"{type(exc).__name__}: {exc}"[:500])
         self.stats.outcomes[result.outcome] = self.stats.outcomes.get(result.outcome, 0) + 1
@@ -332,7 +338,11 @@ class Crawler:
         hops = [url]
         seen = {target.url}
         while True:
-            response_or_page = await self._hop(target, url, hops, queued_at)
+            try:
+                response_or_page = await self._hop(target, url, hops, queued_at)
+            except _Stop as stop:
+                stop.by_site = stop.by_site or len(hops) > 1
+                raise
             if isinstance(response_or_page, Page):
                 return Fetched(url, "page", f"HTTP {response_or_page.status}", response_or_page)
             location = response_or_page
@@ -523,7 +533,9 @@ class Crawler:
                 self._robots_pending[key] = task  # _fetch_robots removes it when done
             entry = await asyncio.shield(task)
         if entry.stop is not None:
-            raise _Stop(entry.stop.outcome, entry.stop.reason)
+            stop = _Stop(entry.stop.outcome, entry.stop.reason)
+            stop.by_site = True
+            raise stop
         if entry.parser is not None:
             allowed = entry.parser.can_fetch(target.url, self.settings.user_agent)
         else:
