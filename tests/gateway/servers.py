@@ -89,9 +89,10 @@ def origin_server() -> Iterator[Origin]:
 
 
 @contextlib.contextmanager
-def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
-    """``handler`` served on 127.0.0.1 by a threading server; yields its port."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def serving(handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1") -> Iterator[int]:
+    """``handler`` served on ``host`` (a loopback address) by a threading server; yields
+    its port."""
+    server = ThreadingHTTPServer((host, 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -20,10 +20,35 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 
 from tests.gateway.servers import serving
+from urlsieve.learn.phrases import PhraseSet
 
-__all__ = ["PAGES", "BLOCKED_HOST", "Origin", "Route", "origin_server"]
+__all__ = [
+    "BLOCKED_HOST",
+    "PAGES",
+    "PHRASES",
+    "Origin",
+    "Route",
+    "load_test_phrases",
+    "origin_server",
+]
+
+#: The phrase lists of the learning tests, in E2Guardian's format.
+PHRASES = Path(__file__).parent / "data" / "phrases"
+
+
+def load_test_phrases() -> PhraseSet:
+    """The test lists as the classifier tests load them: weighted, banned, exception, and
+    the Chinese lexicon under ``gambling`` with weight 30."""
+    return PhraseSet.load(
+        weighted=[PHRASES / "weightedphraselist"],
+        banned=[PHRASES / "bannedphraselist"],
+        exception=[PHRASES / "exceptionphraselist"],
+        lexicons=[(PHRASES / "lexicon_zh.txt", "gambling", 30)],
+    )
+
 
 #: The host the base lists of the end-to-end tests block; ``/redirect/blocked`` goes there.
 BLOCKED_HOST = "blocked.test"
@@ -214,8 +239,11 @@ class Origin:
 
 
 @contextlib.contextmanager
-def origin_server(pages: dict[str, Route] | None = None) -> Iterator[Origin]:
-    """Serve ``pages`` (default :data:`PAGES`) on 127.0.0.1, any Host; 404 elsewhere."""
+def origin_server(
+    pages: dict[str, Route] | None = None, *, host: str = "127.0.0.1"
+) -> Iterator[Origin]:
+    """Serve ``pages`` (default :data:`PAGES`) on ``host`` (a loopback address), any Host;
+    404 elsewhere. A key ``name/path`` serves ``path`` to the Host ``name`` only."""
     table = PAGES if pages is None else pages
     origin = Origin(port=0)
 
@@ -227,7 +255,8 @@ def origin_server(pages: dict[str, Route] | None = None) -> Iterator[Origin]:
             with origin.lock:
                 origin.hits.append(f"{host}{self.path}")
                 origin.agents.append((self.headers.get("User-Agent") or "", f"{host}{self.path}"))
-            route = table.get(self.path.split("?", 1)[0])
+            path = self.path.split("?", 1)[0]
+            route = table.get(f"{host}{path}") or table.get(path)
             if route is None:
                 route = Route(404, (("Content-Type", "text/plain"),), b"not found\n", "-")
             if route.delay:
@@ -243,6 +272,6 @@ def origin_server(pages: dict[str, Route] | None = None) -> Iterator[Origin]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    with serving(Handler) as port:
+    with serving(Handler, host) as port:
         origin.port = port
         yield origin

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.learn.origin import PAGES
+from tests.learn.origin import PAGES, load_test_phrases
 from urlsieve.learn.classify import Classifier
 from urlsieve.learn.page import Page
 from urlsieve.learn.phrases import PhraseSet
@@ -17,12 +17,7 @@ DATA = Path(__file__).parent / "data" / "phrases"
 
 @pytest.fixture(scope="module")
 def phrases() -> PhraseSet:
-    return PhraseSet.load(
-        weighted=[DATA / "weightedphraselist"],
-        banned=[DATA / "bannedphraselist"],
-        exception=[DATA / "exceptionphraselist"],
-        lexicons=[(DATA / "lexicon_zh.txt", "gambling", 30)],
-    )
+    return load_test_phrases()
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ No test connects to a non-loopback address: public addresses are checked as valu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import socket
 
@@ -13,8 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.learn.origin import Route, origin_server
+from tests.learn.origin import Origin, Route, origin_server
 from urlsieve.exceptions import ConfigError
+from urlsieve.learn import guard as guard_module
 from urlsieve.learn.crawl import Crawler, CrawlSettings
 from urlsieve.learn.guard import AddressRefused, Guard, GuardedResolver, forbidden
 
@@ -228,3 +230,84 @@ def test_the_resolver_refuses_an_unlisted_port_of_a_public_name() -> None:
     with pytest.raises(AddressRefused, match=r"pub\.test:25"):
         asyncio.run(resolver.resolve("pub.test", 25))
     assert asyncio.run(resolver.resolve("pub.test", 80))[0]["host"] == "93.184.216.34"
+
+
+# -- every fetch passes the same checks: robots.txt and its redirects too (issue 30, item 8) --
+
+#: Stands in for a public address: loopback, so that no test leaves the machine, but judged
+#: public by the guard in the tests that patch :func:`forbidden` with :func:`_public_trap`.
+TRAP = "127.0.0.2"
+
+
+def _public_trap(address: object) -> str | None:
+    return None if str(address) == TRAP else forbidden(address)  # type: ignore[arg-type]
+
+
+def _trap_server() -> contextlib.AbstractContextManager[Origin]:
+    """Another service of a "public" host, on 127.0.0.2: a test asserts it sees nothing."""
+    return origin_server(
+        {"/robots.txt": Route(200, (), b"User-agent: *\nAllow: /\n", None)}, host=TRAP
+    )
+
+
+@pytest.mark.parametrize("spelling", ["{ip}", "0x7f000002", "[::ffff:{ip}]"])
+def test_a_robots_redirect_to_an_ip_literal_on_another_port_is_not_fetched(
+    monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    """The attack of issue 30, item 8: the site's robots.txt redirects to a public IP literal
+    on a port outside ``learn.crawl.ports``; the crawler must not connect to it (it checked
+    the port for page fetches and their hops only)."""
+    monkeypatch.setattr(guard_module, "forbidden", _public_trap)
+    with _trap_server() as trap:
+        host = spelling.format(ip=TRAP)
+        target = f"http://{host}:{trap.port}/robots.txt"
+        pages = {
+            "/robots.txt": Route(302, (("Location", target),), b"", None),
+            "/a.html": Route(200, (("Content-Type", "text/html"),), b"<p>a</p>", None),
+        }
+        with origin_server(pages) as origin:
+            settings = _settings(allow_networks=("127.0.0.1/32",), ports=(80, 443))
+            url = f"http://site.test:{origin.port}/a.html"
+            ((outcome, reason),) = asyncio.run(_fetch_all(settings, [url]))
+            assert trap.hits == []  # never contacted
+            assert outcome == "refused"
+            assert f"{TRAP}:{trap.port}" in reason or f"{host}:{trap.port}" in reason, reason
+            assert "robots.txt" in reason and "learn.crawl.ports" in reason
+            assert origin.fetched("/a.html") == 0  # a site without readable rules is not read
+            # With the port listed, the same redirect is followed: the check is the port's.
+            allowed = _settings(allow_networks=("127.0.0.1/32",), ports=(80, 443, trap.port))
+            ((outcome, reason),) = asyncio.run(_fetch_all(allowed, [url]))
+            assert outcome == "page", reason
+            assert trap.fetched("/robots.txt") == len(trap.hits) == 1
+
+
+def test_a_robots_redirect_to_a_private_address_names_the_setting_that_allows_it() -> None:
+    pages = {
+        "/robots.txt": Route(302, (("Location", "http://127.0.0.9:8080/robots.txt"),), b"", None),
+        "/a.html": Route(200, (("Content-Type", "text/html"),), b"<p>a</p>", None),
+    }
+    with origin_server(pages) as origin:
+        settings = _settings(allow_networks=("127.0.0.1/32",))
+        ((outcome, reason),) = asyncio.run(
+            _fetch_all(settings, [f"http://site.test:{origin.port}/a.html"])
+        )
+        assert outcome == "refused"
+        assert "127.0.0.9 is loopback" in reason and "learn.crawl.allow_networks" in reason
+
+
+def test_a_page_redirect_to_a_public_literal_on_another_port_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(guard_module, "forbidden", _public_trap)
+    with _trap_server() as trap:
+        pages = {
+            "/go": Route(302, (("Location", f"http://{TRAP}:{trap.port}/x"),), b"", None),
+            "/robots.txt": Route(404, (), b"", None),
+        }
+        with origin_server(pages) as origin:
+            settings = _settings(allow_networks=("127.0.0.1/32",), ports=(80,))
+            ((outcome, reason),) = asyncio.run(
+                _fetch_all(settings, [f"http://site.test:{origin.port}/go"])
+            )
+        assert trap.hits == []
+        assert outcome == "refused" and "learn.crawl.ports" in reason, reason

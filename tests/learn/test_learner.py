@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.learn.origin import BLOCKED_HOST, PAGES, Origin, origin_server
+from tests.learn.origin import BLOCKED_HOST, PAGES, Origin, Route, origin_server
 from urlsieve.cli import main
+from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import load_config
 from urlsieve.gateway.ruleset import filter_loader
+from urlsieve.learn.config import learn_settings
 from urlsieve.learn.queue import Sighting, open_queue
 from urlsieve.learn.sink import queue_sink
 
@@ -96,8 +98,8 @@ def test_unknown_pages_are_learned_and_enforced(tmp_path: Path, origin: Origin) 
         if path == "/robots.txt":  # a text page like any other to the learner
             continue
         verdict = rules.check(urls[path])
-        if route.expect == "-":
-            assert verdict.action == "none", (path, verdict)  # never classified: still unknown
+        if route.expect == "-":  # never read (robots, not HTML, slow): unclassifiable
+            assert (verdict.action, verdict.category) == ("block", "unclassifiable"), path
         elif route.expect == "redirect":
             assert (verdict.action, verdict.category) == ("block", "blocked"), path
         elif route.expect is None:
@@ -194,3 +196,84 @@ def test_a_job_is_finished_only_once_its_verdict_is_stored(tmp_path: Path, origi
     stats = queue.stats()
     queue.close()
     assert (stats.leased, stats.waiting, stats.done) == (0, 0, 3)
+
+
+def test_a_refused_target_is_logged_with_the_setting_that_would_allow_it(
+    tmp_path: Path, origin: Origin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = write_config(tmp_path, origin)
+    offer(conf, ["http://10.0.0.1/admin", f"http://93.184.216.34:{origin.port}/x"])
+    assert learn(conf, "run", "--until-idle") == 0
+    err = capsys.readouterr().err
+    assert "not fetched 'http://10.0.0.1/admin': 10.0.0.1 is private" in err, err
+    assert "learn.crawl.allow_networks" in err
+    assert f"93.184.216.34:{origin.port}: the crawler fetches only ports" in err
+    assert "learn.crawl.ports" in err
+    assert "2 refused" in err
+
+
+#: Sites that hide from the crawler (issue 30, items 3 and 4): path on the site, and what the
+#: verdict's reason says.
+HIDING = {
+    "disallow.test": ("/p", "(robots): robots.txt of disallow.test disallows"),
+    "robots503.test": ("/p", "answered HTTP 503"),
+    "notfound.test": ("/p", "(http-error): HTTP 404"),
+    "binary.test": ("/p", "(not-html): Content-Type 'image/png'"),
+    "chain.test": ("/r0", "(too-many-redirects)"),
+}
+HIDING_PAGES = {
+    "disallow.test/robots.txt": Route(200, (), b"User-agent: *\nDisallow: /\n", None),
+    "robots503.test/robots.txt": Route(503, (), b"", None),
+    "binary.test/p": Route(200, (("Content-Type", "image/png"),), b"\x89PNG\r\n", None),
+    "robots503.test/p": Route(200, (("Content-Type", "text/html"),), b"<p>x</p>", None),
+    "disallow.test/p": Route(200, (("Content-Type", "text/html"),), b"<p>x</p>", None),
+    **{f"/r{i}": Route(302, (("Location", f"/r{i + 1}"),), b"", None) for i in range(9)},
+}
+
+
+def test_a_site_the_crawler_cannot_read_gets_an_unclassifiable_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each way of hiding from the crawler used to leave the URL unknown, and allowed for
+    ever: now it is blocked as unclassifiable, with the reason, in one learner round."""
+    with origin_server(HIDING_PAGES) as served:
+        conf = write_config(tmp_path, served)
+        names = "".join(f'"{host}" = "127.0.0.1", ' for host in HIDING)
+        conf.write_text(conf.read_text("utf-8").replace("hosts = {", "hosts = {" + names))
+        urls = {host: f"http://{host}:{served.port}{path}" for host, (path, _) in HIDING.items()}
+        offer(conf, list(urls.values()))
+        started = time.monotonic()
+        assert learn(conf, "run", "--until-idle") == 0
+        assert time.monotonic() - started < 30
+        rules = filter_loader(load_config(str(conf)))()
+        for host, url in urls.items():
+            verdict = rules.check(url)
+            assert (verdict.action, verdict.category) == ("block", "unclassifiable"), host
+        capsys.readouterr()
+        for host, (_, reason) in HIDING.items():
+            assert learn(conf, "show", urls[host]) == 0
+            shown = capsys.readouterr().out
+            assert "block (unclassifiable)" in shown and reason in shown, shown
+        assert served.fetched("/p") == 2  # binary.test's, and robots503.test's never
+        # Other pages of those sites are not decided by these verdicts (no promotion).
+        assert rules.check(f"http://notfound.test:{served.port}/other").action == "none"
+        # learn.unclassifiable = "allow": the administrator lets them through, knowingly.
+        conf.write_text(
+            conf.read_text("utf-8").replace("limit = 50", 'limit = 50\nunclassifiable = "allow"')
+        )
+        queue = open_queue(f"sqlite:{tmp_path / 'state' / 'queue.db'}?recheck=0")
+        assert queue.offer([Sighting(urls["notfound.test"])]) == 1
+        queue.close()
+        assert learn(conf, "run", "--until-idle") == 0
+        rules = filter_loader(load_config(str(conf)))()
+        verdict = rules.check(urls["notfound.test"])
+        assert (verdict.action, verdict.category) == ("allow", "unclassifiable")
+
+
+def test_the_unclassifiable_setting_is_checked(tmp_path: Path) -> None:
+    section = {"queue": "sqlite:q.db", "directory": "d", "overlay": "o.snap"}
+    assert learn_settings(section, str(tmp_path / "g.toml")).unclassifiable == "block"
+    allow = learn_settings({**section, "unclassifiable": "allow"}, str(tmp_path / "g.toml"))
+    assert allow.unclassifiable == "allow"
+    with pytest.raises(ConfigError, match="unclassifiable must be 'block' or 'allow'"):
+        learn_settings({**section, "unclassifiable": "warn"}, str(tmp_path / "g.toml"))

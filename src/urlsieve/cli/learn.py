@@ -150,6 +150,7 @@ def _run(args: argparse.Namespace) -> int:
         batch=settings.batch,
         lease=settings.lease_seconds,
         promote_after=settings.promote_after,
+        unclassifiable=settings.unclassifiable,
         segment_bytes=spool.get("segment_bytes", 64 << 20),
         segment_seconds=spool.get("segment_seconds", 0.5),
         spool_max_bytes=spool.get("max_bytes", 1 << 30),

@@ -23,6 +23,14 @@ binary by ``tests/learn/test_e2guardian_oracle.py``:
 * the same phrase listed twice counts once: the first weighted entry loaded wins (the
   weighted lists are read before the lexicons, so an explicit weight beats a default).
 
+Before matching, letter-spaced words are joined where they spell a listed term
+(:meth:`Classifier.join_spaced`): ``c a s i n o``, ``c.a.s.i.n.o``, ``o-n-l-i-n-e c-a-s-i-n-o``
+become ``casino`` and ``online casino`` when those are terms (of three letters or more);
+single letters that spell no term are left as they are, so other text is not changed.
+It works on ASCII letters and digits (look-alike letters are ASCII by then, see
+:func:`urlsieve.learn.text.unconfuse`), and a page without two single letters in a row
+is not searched (a byte translation and a ``find``).
+
 Hostile input never raises: bytes are decoded with replacement characters, only the
 first ``max_bytes`` of a body and the first ``max_chars`` characters of its text are
 scanned (the rest is ignored and ``truncated`` says so: pages put what they are about
@@ -31,6 +39,7 @@ first, and a classifier that reads 100 MB pages is a denial of service).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -58,7 +67,7 @@ Verdict = Literal["block", "allow"]
 class Hit:
     """One list entry found on the page. ``count`` is how often (for a combination, its
     rarest term); ``offsets`` the first character offsets of its first term in the
-    normalised text; ``contribution`` what it added to the score."""
+    normalised text (letter-spaced terms joined); ``contribution`` what it added to the score."""
 
     phrase: str
     kind: str
@@ -144,6 +153,26 @@ def _char_offsets(data: bytes, offsets: Iterable[list[int]], multibyte: bool) ->
     return chars
 
 
+#: What may separate the letters of a letter-spaced word (one or two of them).
+SPACERS = " .*-_|/+~"
+# A run of three or more single ASCII letters or digits, one or two spacers apart.
+_SPACED = re.compile(
+    r"(?<![A-Za-z0-9])[A-Za-z0-9](?:["
+    + re.escape(SPACERS)
+    + r"]{1,2}[A-Za-z0-9](?![A-Za-z0-9])){2,}"
+)
+# The prefilter: each byte as "a" (ASCII letter or digit), "s" (spacer) or "x"; a run of
+# single letters holds "sasas" once spacer pairs are one.
+_CLASSES = bytes(
+    ord("a")
+    if chr(b).isascii() and chr(b).isalnum()
+    else ord("s")
+    if chr(b) in SPACERS
+    else ord("x")
+    for b in range(256)
+)
+
+
 class Classifier:
     """Classifies pages with one :class:`PhraseSet`; immutable after construction, so one
     instance serves any number of threads."""
@@ -199,6 +228,22 @@ class Classifier:
             else None
         )
 
+        # Letter-spaced terms: each term of three or more ASCII letters and digits (blanks
+        # between words allowed), spelled without its blanks -> the term.
+        spelled: dict[str, str] = {}
+        for pattern in patterns:
+            joined = pattern.replace(" ", "")
+            if len(joined) >= 3 and joined.isascii() and joined.isalnum():
+                spelled.setdefault(joined, pattern)
+        self._spelled = tuple(spelled.values())
+        self._spelled_automaton = (
+            ahocorasick_rs.AhoCorasick(
+                list(spelled), matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_LONGEST
+            )
+            if spelled
+            else None
+        )
+
     @staticmethod
     def _dedupe(phrases: tuple[Phrase, ...]) -> tuple[Phrase, ...]:
         seen: set[tuple[object, ...]] = set()
@@ -240,8 +285,34 @@ class Classifier:
         text = normalise(text)
         if len(text) > self.max_chars:
             text, truncated = text[: self.max_chars], True
-        counts = self._match(text)
+        counts = self._match(self.join_spaced(text))
         return self._score(counts, charset, len(text), truncated)
+
+    def join_spaced(self, text: str) -> str:
+        """``text`` (normalised) with its letter-spaced terms joined (see the module
+        docstring); linear in ``text``, never longer."""
+        if self._spelled_automaton is None:
+            return text
+        classes = (b"s" + text.encode("utf-8", "replace").translate(_CLASSES) + b"s").replace(
+            b"ss", b"s"
+        )
+        if b"sasas" not in classes:
+            return text
+        return _SPACED.sub(self._join_run, text)
+
+    def _join_run(self, run: re.Match[str]) -> str:
+        letters = "".join(char for char in run.group() if char not in SPACERS)
+        pieces: list[str] = []
+        at = 0
+        assert self._spelled_automaton is not None
+        for index, start, end in self._spelled_automaton.find_matches_as_indexes(letters):
+            pieces += letters[at:start]
+            pieces.append(self._spelled[index])
+            at = end
+        if not pieces:
+            return run.group()
+        pieces += letters[at:]
+        return " ".join(pieces)
 
     def _match(self, text: str) -> dict[int, _Counts]:
         """Count the terms on ``text``: one pass of the automaton over its UTF-8 bytes

@@ -5,6 +5,7 @@
     [learn]
     queue = "sqlite:/var/lib/urlsieve/learn/queue.db"   # shared with the gateway
     unknown = "allow-first"                            # the gateway's side (see gateway.config)
+    unclassifiable = "block"       # a URL the crawler cannot read: block | allow (see runner)
     overlay = "/var/lib/urlsieve/learn/learned.snap"   # the learned rules the gateway loads
     directory = "/var/lib/urlsieve/learn"              # verdicts.db, spool/, learned/ lists
     verdicts = "valkey://10.0.0.5:6379/0?prefix=site"  # a fleet's shared verdicts (optional)
@@ -59,6 +60,8 @@ class LearnSettings:
     directory: Path
     overlay: Path
     unknown: str = "allow-first"
+    #: The action of an ``unclassifiable`` verdict: "block" or "allow".
+    unclassifiable: str = "block"
     phrases: tuple[Path, ...] = ()
     banned: tuple[Path, ...] = ()
     exceptions: tuple[Path, ...] = ()
@@ -96,6 +99,7 @@ class LearnSettings:
 _TOP = {
     "queue", "unknown", "overlay", "directory", "phrases", "banned", "exceptions", "lexicons",
     "limit", "limits", "promote_after", "batch", "lease_seconds", "crawl", "spool", "verdicts",
+    "unclassifiable",
 }  # fmt: skip
 _CRAWL = {
     "user_agent": str, "timeout": float, "max_bytes": int, "concurrency": int, "per_host": int,
@@ -184,6 +188,9 @@ def learn_settings(section: Mapping[str, Any], path: str) -> LearnSettings:
     unknown = section.get("unknown", "allow-first")
     if unknown not in ("allow-first", "block", "allow"):
         raise bad("unknown", "'allow-first', 'block' or 'allow'")
+    unclassifiable = section.get("unclassifiable", "block")
+    if unclassifiable not in ("block", "allow"):
+        raise bad("unclassifiable", "'block' or 'allow' (a policy may warn on the category)")
     crawl = _table(section, "crawl", _CRAWL, where)
     spool = _table(section, "spool", _SPOOL, where)
     return LearnSettings(
@@ -192,6 +199,7 @@ def learn_settings(section: Mapping[str, Any], path: str) -> LearnSettings:
         directory=one_path(section["directory"], "directory"),
         overlay=one_path(section["overlay"], "overlay"),
         unknown=unknown,
+        unclassifiable=unclassifiable,
         phrases=paths("phrases"),
         banned=paths("banned"),
         exceptions=paths("exceptions"),

@@ -9,9 +9,11 @@ What a fetch does, in order:
 
 1. The URL is read as the URL canonicaliser reads it (:func:`urlsieve.url.parse_url`);
    only ``http`` and ``https`` are fetched; userinfo is dropped, never sent.
-2. The SSRF guard (:mod:`urlsieve.learn.guard`) checks IP-literal hosts here and every
-   address of a name in the resolver aiohttp connects through, so robots.txt fetches
-   and redirect hops pass it too.
+2. The SSRF guard (:mod:`urlsieve.learn.guard`) checks the address and the port of every
+   request the crawler makes — the page, each redirect hop, robots.txt and each of its
+   redirects, a retry: IP-literal hosts here (:meth:`Crawler._admit`), every address of
+   a name in the resolver aiohttp connects through. A refusal names the setting that
+   would allow it (``learn.crawl.allow_networks``, ``learn.crawl.ports``).
 3. robots.txt (protego) is fetched once per scheme+host+port, at most
    ``robots_max_bytes`` of it read, and cached for ``robots_ttl``. Like Google: a 4xx
    answer means "allow everything", a 5xx or 429 answer means "disallow everything"
@@ -127,6 +129,9 @@ class Fetched:
     reason: str
     page: Page | None = None
     blocked: tuple[str, str] | None = None
+    #: Whether the fetch ended past the URL itself: at a redirect hop or in robots.txt
+    #: (what the site chose, as opposed to the URL a client asked for).
+    by_site: bool = False
 
 
 @dataclass
@@ -150,6 +155,7 @@ class _Stop(Exception):
         self.outcome: Outcome = outcome
         self.reason = reason
         self.blocked = blocked
+        self.by_site = False
 
 
 @dataclass(frozen=True)
@@ -319,7 +325,9 @@ class Crawler:
         try:
             result = await self._fetch(url, queued_at)
         except _Stop as stop:
-            result = Fetched(url, stop.outcome, stop.reason, blocked=stop.blocked)
+            result = Fetched(
+                url, stop.outcome, stop.reason, blocked=stop.blocked, by_site=stop.by_site
+            )
         except Exception as exc:  # a bug or an exotic failure must not end the crawl
             result = Fetched(url, "error", f"{type(exc).__name__}: {exc}"[:500])
         self.stats.outcomes[result.outcome] = self.stats.outcomes.get(result.outcome, 0) + 1
@@ -330,7 +338,11 @@ class Crawler:
         hops = [url]
         seen = {target.url}
         while True:
-            response_or_page = await self._hop(target, url, hops, queued_at)
+            try:
+                response_or_page = await self._hop(target, url, hops, queued_at)
+            except _Stop as stop:
+                stop.by_site = stop.by_site or len(hops) > 1
+                raise
             if isinstance(response_or_page, Page):
                 return Fetched(url, "page", f"HTTP {response_or_page.status}", response_or_page)
             location = response_or_page
@@ -364,16 +376,23 @@ class Crawler:
                 )
         return target
 
+    def _admit(self, target: _Target) -> None:
+        """The guard's address and port checks, before any request (a page, a redirect hop,
+        robots.txt or one of its redirects, a retry): an IP-literal host is checked here,
+        since aiohttp calls no resolver for it; a name's addresses and port are checked by
+        :class:`GuardedResolver` when aiohttp connects."""
+        refused = self.guard.check_host(target.host)
+        literal = self.guard.literal(target.host)
+        if refused is None and literal is not None:
+            refused = self.guard.check_port(target.host, target.port, [literal])
+        if refused is not None:
+            raise _Stop("refused", refused)
+
     async def _hop(
         self, target: _Target, start: str, hops: list[str], queued_at: float | None
     ) -> Page | str:
         """Request one URL: a Page, or the Location of a redirect."""
-        refused = self.guard.check_host(target.host)
-        literal = self.guard.literal(target.host)
-        if refused is None and literal is not None:  # aiohttp resolves no IP literal
-            refused = self.guard.check_port(target.host, target.port, [literal])
-        if refused is not None:
-            raise _Stop("refused", refused)
+        self._admit(target)
         if self.settings.robots:
             await self._robots_check(target)
         async with self._host_slot(target.host):
@@ -514,7 +533,9 @@ class Crawler:
                 self._robots_pending[key] = task  # _fetch_robots removes it when done
             entry = await asyncio.shield(task)
         if entry.stop is not None:
-            raise _Stop(entry.stop.outcome, entry.stop.reason)
+            stop = _Stop(entry.stop.outcome, entry.stop.reason)
+            stop.by_site = True
+            raise stop
         if entry.parser is not None:
             allowed = entry.parser.can_fetch(target.url, self.settings.user_agent)
         else:
@@ -543,23 +564,26 @@ class Crawler:
         return entry
 
     async def _robots_entry(self, target: _Target) -> _Robots:
-        """robots.txt of ``target``'s site, with its lifetime in ``expires`` (relative)."""
+        """robots.txt of ``target``'s site, with its lifetime in ``expires`` (relative).
+
+        Every request, the first and each redirect, passes :meth:`_admit` as a page does: a
+        robots.txt that redirects to a refused address or port fails the site's pages with
+        the refusal (``refused``) and is not fetched."""
         default = 443 if target.scheme == "https" else 80
         netloc = target.host if target.port == default else f"{target.host}:{target.port}"
         url = f"{target.scheme}://{netloc}/robots.txt"
         retry = self.settings.robots_retry
         self.stats.robots_fetched += 1
-        for _ in range(self.settings.max_redirects + 1):
-            refused = self.guard.check_host(YURL(url).host or "")
-            if refused is not None:
-                return _Robots(retry, stop=_Stop("refused", f"robots.txt: {refused}"))
+        for hop in range(self.settings.max_redirects + 1):
             try:
-                status, location, body = await self._robots_get(url)
+                robots = _target(url)
+                self._admit(robots)
+                status, location, body = await self._robots_get(robots)
             except _Stop as stop:
-                reason = stop.reason if stop.outcome == "refused" else f"robots.txt: {stop.reason}"
-                return _Robots(retry, stop=_Stop(stop.outcome, reason))
+                where = "robots.txt" if hop == 0 else f"robots.txt (redirected to {url[:200]})"
+                return _Robots(retry, stop=_Stop(stop.outcome, f"{where}: {stop.reason}"))
             if status in _REDIRECTS and location:
-                url = urljoin(url, location)
+                url = urljoin(robots.url, location.strip())
                 if not url.startswith(("http://", "https://")):
                     return _Robots(self.settings.robots_ttl, allow=True)
                 continue
@@ -581,13 +605,15 @@ class Crawler:
             return _Robots(self.settings.robots_ttl, allow=True)  # 4xx (and 1xx/3xx oddities)
         return _Robots(self.settings.robots_ttl, allow=True)  # too many redirects: no rules
 
-    async def _robots_get(self, url: str) -> tuple[int, str | None, bytes]:
+    async def _robots_get(self, target: _Target) -> tuple[int, str | None, bytes]:
         assert self._session is not None and self._semaphore is not None
         async with self._semaphore:
             try:
                 async with asyncio.timeout(self.settings.timeout):
                     self.stats.requests += 1
-                    async with self._session.get(url, allow_redirects=False) as response:
+                    async with self._session.get(
+                        YURL(target.url, encoded=True), allow_redirects=False
+                    ) as response:
                         location = response.headers.get("Location")
                         body = b""
                         if 200 <= response.status < 300:
@@ -596,7 +622,7 @@ class Crawler:
             except TimeoutError:
                 raise _Stop("timeout", f"no answer in {self.settings.timeout} s") from None
             except aiohttp.ClientError as exc:
-                raise _network_stop(url, exc) from None
+                raise _network_stop(target.url, exc) from None
 
     # -- many URLs -------------------------------------------------------------------------
 

@@ -3,8 +3,10 @@
 Unknown URLs come from LAN clients, so a URL may name (or a name may resolve to) the
 gateway itself, the LAN, a cloud metadata service or a multicast group. The guard
 refuses every address that is not globally routable unless a network of
-``allow_networks`` contains it, and says why in one line that names the address:
-``10.0.0.1 is private (RFC 1918)``.
+``allow_networks`` contains it, and says why in one line that names the address and the
+setting that would allow it: ``10.0.0.1 is private (RFC 1918) (not fetched unless
+learn.crawl.allow_networks holds it)``; a port outside ``ports`` of a public address is
+refused the same way, naming ``learn.crawl.ports``.
 
 Refused: unspecified, "this network" (0/8), loopback, private (RFC 1918),
 unique-local (fc00::/7), link-local (169.254/16, fe80::/10), site-local (fec0::/10),
@@ -82,6 +84,9 @@ _V6 = _nets(
     ("fec0::/10", "site-local (deprecated)"),
     ("ff00::/8", "multicast"),
 )
+#: Ends a refusal of an address: where an administrator would allow it.
+_ALLOW_HINT = " (not fetched unless learn.crawl.allow_networks holds it)"
+
 _MAPPED = ipaddress.ip_network("::ffff:0:0/96")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
@@ -187,9 +192,10 @@ class Guard:
         return None if why is None else (str(ip), why)
 
     def check(self, address: str | Address) -> str | None:
-        """None when the crawler may connect to ``address``; else the reason, naming it."""
+        """None when the crawler may connect to ``address``; else the reason, naming it and
+        the setting that would allow it."""
         found = self._why(address)
-        return None if found is None else f"{found[0]} is {found[1]}"
+        return None if found is None else f"{found[0]} is {found[1]}{_ALLOW_HINT}"
 
     def check_host(self, host: str) -> str | None:
         """Check a URL host that is an IP literal, in any spelling the canonicaliser reads
@@ -217,7 +223,10 @@ class Guard:
                 return f"{host}: {address!r} is not an IP address"
             if not self._allowed(ip):
                 shown = ", ".join(map(str, sorted(self.ports)))
-                return f"{host}:{port}: the crawler fetches only ports {shown} (learn.crawl.ports)"
+                return (
+                    f"{host}:{port}: the crawler fetches only ports {shown} of public "
+                    f"addresses (learn.crawl.ports; any port of learn.crawl.allow_networks)"
+                )
         return None
 
     def literal(self, host: str) -> str | None:
@@ -239,9 +248,12 @@ class Guard:
             if found is not None:
                 ip, why = found
                 if len(addresses) == 1:
-                    return f"{host} resolves to {ip}, which is {why}"
+                    return f"{host} resolves to {ip}, which is {why}{_ALLOW_HINT}"
                 count = len(addresses)
-                return f"{host} resolves to {count} addresses, one of them {ip}, which is {why}"
+                return (
+                    f"{host} resolves to {count} addresses, one of them {ip}, which is "
+                    f"{why}{_ALLOW_HINT}"
+                )
         return None
 
     def __repr__(self) -> str:

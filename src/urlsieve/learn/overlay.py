@@ -8,6 +8,8 @@ administrator) can read, each rule preceded by its provenance comment::
     learned/block/gambling/domains   promoted hosts (enough pages of one host alike)
     learned/allow/clean/urls         pages classified clean (the learned allow list)
     learned/allow/override/…         an operator's ``learn allow``
+    learned/block/unclassifiable/urls  pages the crawler could not read (allow/… when
+                                     ``learn.unclassifiable = "allow"``)
 
 A learned page is written as an exact rule (``=host/path|``: that host, that path), not as
 the list line ``host/path``, which would also cover every page below the path and every
@@ -36,6 +38,7 @@ from urlsieve.match.snapshot import SnapshotInfo
 
 __all__ = [
     "CLEAN_CATEGORY",
+    "UNCLASSIFIABLE",
     "OverlayBuild",
     "build_overlay",
     "category_directory",
@@ -46,6 +49,8 @@ __all__ = [
 
 #: The category of the learned allow list (pages classified clean).
 CLEAN_CATEGORY = "clean"
+#: The category of a verdict on a URL the crawler could not read (see learn.runner).
+UNCLASSIFIABLE = "unclassifiable"
 
 
 @dataclass(frozen=True)
@@ -77,15 +82,16 @@ def category_directory(category: str) -> str:
 def promoted_hosts(verdicts: Iterable[Learned], after: int) -> dict[str, Learned]:
     """Hosts to block as a whole: at least ``after`` pages of the host classified blocked
     under one category, and none of its pages classified clean or allowed by an operator.
-    Redirect verdicts do not count: a short link or an open redirect to a blocked site
-    says nothing about the host's own pages. ``after`` 0 turns promotion off."""
+    Redirect and ``unclassifiable`` verdicts do not count: a short link or an open
+    redirect to a blocked site, or a page the crawler could not read, says nothing about
+    the host's own pages. ``after`` 0 turns promotion off."""
     if after <= 0:
         return {}
     blocked: dict[str, Counter[str]] = defaultdict(Counter)
     scores: dict[tuple[str, str], list[Learned]] = defaultdict(list)
     allowed: set[str] = set()
     for v in verdicts:
-        if v.is_host:
+        if v.is_host or v.category == UNCLASSIFIABLE:  # says nothing of the other pages
             continue
         if v.action == "allow":
             allowed.add(v.host)
@@ -142,7 +148,13 @@ def render_tree(store: Verdicts, tree: Path, *, promote_after: int = 3) -> tuple
         category = (
             category_directory(v.category)
             if side == "block"
-            else ("override" if v.source == "override" else CLEAN_CATEGORY)
+            else (
+                "override"
+                if v.source == "override"
+                else UNCLASSIFIABLE
+                if v.category == UNCLASSIFIABLE
+                else CLEAN_CATEGORY
+            )
         )
         kind = "domains" if v.is_host else "urls"
         files[(side, category, kind)] += [f"# {v.provenance()}\n", f"{rule_line(v)}\n"]

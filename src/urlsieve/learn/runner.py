@@ -17,6 +17,23 @@ when the lease runs out (a verdict stored twice is the same row).
 
 A redirect to a blocked URL is a verdict of its own (``redirect``): the start URL is
 blocked with the hop's category, without a page to classify.
+
+A URL the crawler cannot read is a verdict too, so that hiding from the crawler never
+keeps a site reachable (issue 30): category ``unclassifiable``, action
+``unclassifiable`` (``learn.unclassifiable``: ``block`` by default, or ``allow``; a policy
+may warn on the category), the fetch's outcome and reason as its note. It is given when a
+fetch ends in robots.txt (a disallow, a robots.txt that answers 5xx/429, redirects to a
+refused address, cannot be fetched), an HTTP error, a body that is not HTML or text, too
+many redirects, a time-out or a network error, or a refusal at a redirect hop; it is
+stored as soon as the fetch ends (within ``learn.crawl.timeout``, 10 s by default, of the
+claim). A time-out or a network error is tried again as well (``retry_seconds`` later,
+until the queue's attempts run out): a page read then replaces the verdict. A URL whose own
+address the guard refuses (an intranet name, ``learn.crawl.allow_networks``) gets none: it
+is the administrator's, not the site's, choice.
+
+The crawler honours robots.txt (``learn.crawl.robots``, on by default): it does not read
+what a site asks robots not to read — and the site's URL is then unclassifiable, blocked
+by default, never "allowed for ever".
 """
 
 from __future__ import annotations
@@ -35,7 +52,7 @@ from pathlib import Path
 from urlsieve.exceptions import InvalidURL, LearnError, QueueUnavailable, SpoolCorrupt
 from urlsieve.learn.classify import Classification, Classifier
 from urlsieve.learn.crawl import Crawler, CrawlSettings, Fetched
-from urlsieve.learn.overlay import CLEAN_CATEGORY, build_overlay
+from urlsieve.learn.overlay import CLEAN_CATEGORY, UNCLASSIFIABLE, build_overlay
 from urlsieve.learn.page import Page
 from urlsieve.learn.queue import Job, UnknownQueue
 from urlsieve.learn.spool import Spool, claim_next
@@ -43,19 +60,31 @@ from urlsieve.learn.verdicts import Learned, Verdicts, rule_key
 
 __all__ = [
     "LATENCY_BUCKETS",
+    "UNCLASSIFIABLE",
+    "UNCLASSIFIABLE_OUTCOMES",
     "LearnStats",
     "Learner",
     "category_of",
     "learned_from",
     "redirect_verdict",
+    "unclassifiable_verdict",
 ]
 
 #: Seconds: the buckets of the first-sighting-to-enforcement histogram.
 LATENCY_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
 
-#: Outcomes tried again later (every other one without a page ends the job without a
-#: verdict: the URL stays unknown until the queue's re-check age).
+#: Outcomes tried again later (with an ``unclassifiable`` verdict meanwhile).
 _RETRY = ("timeout", "error")
+#: Outcomes that give the URL an ``unclassifiable`` verdict (a "refused" too when the
+#: site chose the refused target: a redirect hop or robots.txt).
+UNCLASSIFIABLE_OUTCOMES = (
+    "robots",
+    "not-html",
+    "http-error",
+    "too-many-redirects",
+    "timeout",
+    "error",
+)
 
 HopCheck = Callable[[str], "tuple[str, str] | None"]
 
@@ -178,11 +207,10 @@ def _job_of(page: Page) -> Job:
     return Job(page.url, page.job, page.queued_at or 0.0, 0, 0, 0)
 
 
-def redirect_verdict(job: Job, fetched: Fetched, now: float) -> Learned | None:
-    """The block a redirect to a blocked URL gives its start URL."""
-    if fetched.blocked is None:
-        return None
-    category, where = fetched.blocked
+def _job_verdict(
+    job: Job, now: float, *, action: str, category: str, source: str, note: str
+) -> Learned | None:
+    """A verdict on the URL of ``job`` without a page (None for a URL without a host)."""
     try:
         key, host = rule_key(job.url)
     except InvalidURL:
@@ -190,13 +218,38 @@ def redirect_verdict(job: Job, fetched: Fetched, now: float) -> Learned | None:
     return Learned(
         key=key,
         host=host,
-        action="block",
+        action=action,
         category=category,
-        source="redirect",
+        source=source,
         url=job.url,
         first_seen=job.first_seen,
         decided_at=now,
-        note=f"{fetched.reason} (rule {where})",
+        note=note[:1000],
+    )
+
+
+def redirect_verdict(job: Job, fetched: Fetched, now: float) -> Learned | None:
+    """The block a redirect to a blocked URL gives its start URL."""
+    if fetched.blocked is None:
+        return None
+    category, where = fetched.blocked
+    note = f"{fetched.reason} (rule {where})"
+    return _job_verdict(job, now, action="block", category=category, source="redirect", note=note)
+
+
+def unclassifiable_verdict(
+    job: Job, fetched: Fetched, now: float, action: str = "block"
+) -> Learned | None:
+    """The verdict on a URL the crawler could not read (see the module docstring), or None
+    when the fetch says nothing about the site (a page, a redirect verdict, a refusal of
+    the URL's own address)."""
+    if fetched.outcome not in UNCLASSIFIABLE_OUTCOMES and not (
+        fetched.outcome == "refused" and fetched.by_site
+    ):
+        return None
+    note = f"unclassifiable ({fetched.outcome}): {fetched.reason}"
+    return _job_verdict(
+        job, now, action=action, category=UNCLASSIFIABLE, source="learned", note=note
     )
 
 
@@ -217,6 +270,7 @@ class Learner:
         batch: int = 32,
         lease: float = 120.0,
         promote_after: int = 3,
+        unclassifiable: str = "block",
         segment_bytes: int = 64 << 20,
         segment_seconds: float = 0.5,
         spool_max_bytes: int = 1 << 30,
@@ -239,6 +293,9 @@ class Learner:
         self.batch = batch
         self.lease = lease
         self.promote_after = promote_after
+        if unclassifiable not in ("block", "allow"):
+            raise LearnError(f"unclassifiable must be 'block' or 'allow', not {unclassifiable!r}")
+        self.unclassifiable = unclassifiable
         self.segment_bytes = segment_bytes
         self.segment_seconds = segment_seconds
         self.spool_max_bytes = spool_max_bytes
@@ -334,10 +391,16 @@ class Learner:
                 if verdict is not None:
                     verdicts.append(verdict)
                 kept.append(job)
-            elif fetched.outcome in _RETRY:
-                retry.append(job)
             else:
-                kept.append(job)
+                verdict = unclassifiable_verdict(job, fetched, now, self.unclassifiable)
+                if verdict is not None:
+                    verdicts.append(verdict)
+                if fetched.outcome in _RETRY:
+                    retry.append(job)
+                else:
+                    if fetched.outcome == "refused":  # the reason names the setting to change
+                        self.log(f"not fetched {job.url[:200]!r}: {fetched.reason}")
+                    kept.append(job)
         try:
             spool.extend(pages)
             if verdicts:

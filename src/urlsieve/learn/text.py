@@ -10,10 +10,26 @@ Three small steps, each usable alone:
   style, noscript and template dropped, entities decoded, block elements separated by a
   line break so words of adjacent blocks do not run together (inline tags join nothing:
   ``<b>网上</b>赌场`` stays one word, as unsegmented scripts need).
-* :func:`normalise` — NFKC, casefold, Traditional → Simplified Chinese (OpenCC ``t2s``) and
-  runs of white space collapsed to one space
-  (leading and trailing white space dropped). Phrase lists go through the same function,
-  so a phrase matches the page whatever its width, case or script variant.
+* :func:`normalise` — invisible characters removed, NFKC, look-alike letters mapped to
+  the Latin letters they imitate (:func:`unconfuse`), casefold, Traditional → Simplified
+  Chinese (OpenCC ``t2s``) and runs of white space collapsed to one space (leading and
+  trailing white space dropped). Phrase lists go through the same function, so a phrase
+  matches the page whatever its width, case, script variant, hidden characters or
+  look-alike letters.
+
+Evasions the normalisation undoes (issue 30, item 6): a word split by zero-width or other
+invisible characters (``ca\u200bsino``: every format character, Unicode category Cf —
+U+200B…U+200F, U+2060…U+2064, U+00AD, U+FEFF… — and the other default-ignorable
+characters of :data:`IGNORABLE`), and a word spelled with Cyrillic, Greek or other
+look-alikes of Latin letters (``саsinо``). The look-alike table is Unicode's
+``confusables.txt`` (UTS #39), as the ``confusable-homoglyphs`` package ships it: every
+letter outside the Latin script (and outside the CJK scripts), or a non-ASCII Latin letter
+(``ɑ``, ``ı``), that Unicode lists as confusable with exactly one ASCII letter is replaced
+by that letter — one character for one, so the text stays as long. UTS #39's full
+*skeleton* is not used: it also maps ASCII to ASCII (``m`` → ``rn``, ``0`` → ``O``), which
+would change what the existing lists match. A page in Cyrillic or Greek is mapped the same
+way as its lists are, so its own phrases still match it. Letter-spaced words (``c a s i n o``)
+need the phrase lists and are joined by the classifier.
 
 Offsets the classifier reports are character offsets in the *normalised* text.
 """
@@ -22,12 +38,13 @@ from __future__ import annotations
 
 import codecs
 import functools
+import itertools
 import operator
 import re
 import unicodedata
 from typing import Any
 
-__all__ = ["decode", "html_text", "is_html", "normalise"]
+__all__ = ["IGNORABLE", "decode", "html_text", "is_html", "normalise", "unconfuse"]
 
 #: How much of the body is searched for ``<meta charset>`` (the HTML standard says 1024).
 META_SNIFF_BYTES = 4096
@@ -251,16 +268,91 @@ def _to_simplified(text: str) -> str:
     return converted
 
 
-def normalise(text: str) -> str:
-    """NFKC + casefold + Traditional → Simplified Chinese + white space collapsed.
+#: Default-ignorable characters that are not format characters (Cf, all removed too): the
+#: combining grapheme joiner, the Mongolian free variation selectors, the variation
+#: selectors and the Hangul fillers. Invisible, so a word can be split by them.
+IGNORABLE = (
+    "\u034f\u115f\u1160\u180b\u180c\u180d\u180f\u3164\uffa0"
+    + "".join(map(chr, range(0xFE00, 0xFE10)))
+    + "".join(map(chr, range(0xE0100, 0xE01F0)))
+)
+# Scripts whose letters are not mapped: their look-alikes are of each other, not of Latin.
+_CJK_SCRIPTS = frozenset({"HAN", "HIRAGANA", "KATAKANA", "HANGUL", "BOPOMOFO", "YI"})
 
-    The same as ``" ".join(t2s(casefold(nfkc(text))).split())`` (OpenCC only when there is
-    a Han character), about twice as fast: the text is cut into lines once, and a line is
-    a narrow string when it is ASCII, so casefold takes its ASCII fast path on the English
-    lines and OpenCC sees only the other lines (no OpenCC entry has white space in it, so
-    converting lines apart gives what converting the whole text gives)."""
-    if not text.isascii():
-        text = unicodedata.normalize("NFKC", text)
+
+@functools.cache
+def _lookalikes() -> tuple[dict[int, str | None], re.Pattern[str]]:
+    """The translation table of :func:`unconfuse` (invisible characters to nothing, look-
+    alike letters to ASCII ones) and a pattern that finds any of its characters. Built once
+    per process from ``confusable-homoglyphs``' copy of Unicode's confusables.txt."""
+    from confusable_homoglyphs import categories, confusables
+
+    mapped: dict[str, str] = {}
+    for char, homoglyphs in confusables.confusables_data.items():
+        if len(char) != 1 or char.isascii() or not unicodedata.category(char).startswith("L"):
+            continue
+        script = categories.alias(char)
+        if script in _CJK_SCRIPTS or script in ("COMMON", "INHERITED"):
+            continue
+        ascii_letters = {
+            h["c"] for h in homoglyphs if len(h["c"]) == 1 and h["c"].isascii() and h["c"].isalpha()
+        }
+        if len(ascii_letters) != 1:
+            continue
+        (letter,) = ascii_letters
+        # confusables.txt's prototype of every upright stroke (I, Ι, І, Ӏ) is "l"; an upper-
+        # case stroke imitates "I" in a text that is matched without case.
+        if letter == "l" and unicodedata.category(char) == "Lu":
+            letter = "I"
+        mapped[char] = letter
+    # A letter whose case fold is mapped is mapped too (``normalise`` folds after it).
+    for char, letter in list(mapped.items()):
+        for variant in (char.upper(), char.title()):
+            if len(variant) == 1 and variant not in mapped and variant.casefold() == char:
+                mapped[variant] = letter
+    table: dict[int, str | None] = {ord(char): letter for char, letter in mapped.items()}
+    # Format characters live in planes 0, 1 and 14 (the tags); the others hold none.
+    for code in itertools.chain(range(0x20000), range(0xE0000, 0xE1000)):
+        if unicodedata.category(chr(code)) == "Cf":
+            table[code] = None
+    for char in IGNORABLE:
+        table[ord(char)] = None
+    # Characters past U+FFFF are found by one range (a class of single astral characters
+    # is tested one by one, thirteen times slower on a Chinese page than the BMP class).
+    bmp = "".join(
+        re.escape(chr(c)) for c in sorted(table) if c <= 0xFFFF and not 0xD800 <= c < 0xE000
+    )
+    return table, re.compile(f"[{bmp}\\U00010000-\\U0010FFFF]")
+
+
+def unconfuse(text: str) -> str:
+    """``text`` without invisible characters, NFKC-normalised, with look-alike letters
+    replaced by the ASCII letters they imitate (see the module docstring); idempotent.
+    Linear in ``text``; an ASCII text is returned as it is."""
+    if text.isascii():
+        return text
+    table, wanted = _lookalikes()
+    if wanted.search(text):
+        text = text.translate(table)
+    text = unicodedata.normalize("NFKC", text)
+    # NFKC can make a format character or a look-alike (rarely): once more, then stable.
+    if wanted.search(text):
+        text = unicodedata.normalize("NFKC", text.translate(table))
+    return text
+
+
+def normalise(text: str) -> str:
+    """:func:`unconfuse` + casefold + Traditional → Simplified Chinese + white space
+    collapsed.
+
+    The same as ``" ".join(t2s(fold(casefold(unconfuse(text)))).split())`` (``fold``:
+    ``casefold(nfkc(translate(…)))`` when casefold made a look-alike, as U+0345 folds to a
+    Greek iota; OpenCC only when there is a Han character), about twice as fast: the text
+    is cut into lines once, and a line is a narrow string when it is ASCII, so casefold
+    takes its ASCII fast path on the English lines and OpenCC sees only the other lines (no
+    OpenCC entry has white space in it, so converting lines apart gives what converting the
+    whole text gives)."""
+    text = unconfuse(text)
     for char in _INLINE_SPACES:
         if char in text:
             text = text.replace(char, " ")
@@ -268,11 +360,18 @@ def normalise(text: str) -> str:
     wide = [number for number, line in enumerate(lines) if not line.isascii()]
     if wide:
         joined = "\n".join([lines[number] for number in wide])
+        table, wanted = _lookalikes()
+        changed = False
+        if wanted.search(joined):  # what casefold made: U+0345 folds to a Greek iota
+            joined = unicodedata.normalize("NFKC", joined.translate(table)).casefold()
+            changed = True
         if _HAN.search(joined):
-            converted = _to_simplified(joined).split("\n")
-            for number, line in zip(wide, converted, strict=True):
-                lines[number] = line
-    text = " ".join(lines)
+            joined = _to_simplified(joined)
+            changed = True
+        if changed:
+            for number, line in zip(wide, joined.split("\n"), strict=True):
+                lines[number] = line.strip(" ")
+    text = " ".join(filter(None, lines))
     while "  " in text:
         text = text.replace("  ", " ")
     return text
