@@ -58,9 +58,11 @@ _FIX_STALE = (
 )
 
 speedups: ModuleType | None = None
+#: without the extension: why, and what fixes it
 _why_not: str | None = None
+_fix_not: str | None = None
 if os.environ.get("URLSIEVE_PURE_PYTHON"):
-    _why_not = "turned off by URLSIEVE_PURE_PYTHON"
+    _why_not, _fix_not = "turned off by URLSIEVE_PURE_PYTHON", "unset URLSIEVE_PURE_PYTHON"
 else:
     try:
         from urlsieve import _speedups as speedups
@@ -70,9 +72,10 @@ else:
         if any(
             n.startswith("_speedups.") and n.endswith((".so", ".pyd")) for n in os.listdir(_here)
         ):
-            _why_not = f"cannot be loaded ({exc})"  # e.g. built for another Python
+            _why_not, _fix_not = f"cannot be loaded ({exc})", _FIX_STALE  # another Python's
         else:
             _why_not = "not built: the install had no C compiler or no Python headers"
+            _fix_not = _FIX_COMPILER
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,16 @@ class Acceleration:
             return f"PARTIAL compiled engine, lacks {', '.join(self.missing)}"
         return f"NO compiled engine: {self.where}"
 
+    def slow_path(self) -> str | None:
+        """The one line a long-running program logs at start on a slow path, else None."""
+        if self.full:
+            return None
+        if not self.loaded:
+            what = f"the compiled engine is not in use ({self.where})"
+        else:
+            what = f"the compiled engine lacks {', '.join(self.missing)}"
+        return f"slow path: {what}; to fix: {self.fix}"
+
     def lines(self) -> list[str]:
         """The report as text lines (``urlsieve doctor``)."""
         if not self.loaded:
@@ -130,13 +143,7 @@ class Acceleration:
 def report() -> Acceleration:
     """The build in use, read off the loaded module (nothing is built or imported anew)."""
     if speedups is None:
-        why = _why_not or "not built"
-        if why.startswith("turned off"):
-            fix = "unset URLSIEVE_PURE_PYTHON"
-        elif why.startswith("cannot be loaded"):
-            fix = _FIX_STALE
-        else:
-            fix = _FIX_COMPILER
+        why, fix = _why_not or "not built", _fix_not or _FIX_COMPILER
         return Acceleration(False, (), tuple(COMPILED_PATHS), None, why, fix)
     present = tuple(name for name in COMPILED_PATHS if hasattr(speedups, name))
     missing = tuple(name for name in COMPILED_PATHS if not hasattr(speedups, name))
@@ -146,12 +153,5 @@ def report() -> Acceleration:
 
 
 def slow_path_message() -> str | None:
-    """The one line a long-running program logs at start on a slow path, else None."""
-    state = report()
-    if state.full:
-        return None
-    if not state.loaded:
-        what = f"the compiled engine is not in use ({state.where})"
-    else:
-        what = f"the compiled engine lacks {', '.join(state.missing)}"
-    return f"slow path: {what}; to fix: {state.fix}"
+    """:meth:`Acceleration.slow_path` of the build in use."""
+    return report().slow_path()

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from urlsieve._accel import report, slow_path_message
+from urlsieve._accel import report
 from urlsieve.exceptions import InvalidURL
 from urlsieve.filter import Filter
 from urlsieve.seen import open_seen
@@ -83,12 +83,13 @@ def run(args: argparse.Namespace) -> int:
             f"{sum(new)} distinct URLs, {len(valid) - sum(new)} repeats in other spellings."
         )
         state = report()
-        if state.full:
+        slow = state.slow_path()
+        if slow is None:
             print(
                 f"\nEngine: compiled, every path (scan {state.scan}); urlsieve doctor lists them."
             )
         else:
-            print(f"\nEngine: {slow_path_message()}")
+            print(f"\nEngine: {slow}")
         print("\nNext: urlsieve filter --lists DIR < urls.txt")
         print("      urlsieve dedup --store SPEC < urls.txt")
     return 0
