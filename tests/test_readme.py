@@ -1,4 +1,4 @@
-"""The README's Python examples run as written (issue 9, item 11: they failed when pasted).
+"""The Python examples of the README and of docs/ run as written (they once failed when pasted).
 
 ``>>>`` blocks run as doctests in a temporary directory (an example may create the small
 files it reads); plain blocks are executed there. The Valkey block runs against the real
@@ -18,25 +18,49 @@ import pytest
 
 from tests.seen.valkey_fixtures import ServerProcess, unique_prefix
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-BLOCKS = re.findall(r"^```python\n(.*?)^```$", README.read_text("utf-8"), re.M | re.S)
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _blocks(page: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```$", page.read_text("utf-8"), re.M | re.S)
+
+
+BLOCKS = [(page, block) for page in PAGES for block in _blocks(page)]
 
 
 def _ids() -> list[str]:
-    return [f"block{i}-{block.splitlines()[0][:30]}" for i, block in enumerate(BLOCKS)]
+    return [f"{page.stem}-{block.splitlines()[0][:30]}" for page, block in BLOCKS]
 
 
-def test_the_readme_has_python_examples() -> None:
-    assert len(BLOCKS) >= 6
+def test_the_readme_and_the_guide_have_python_examples() -> None:
+    assert len(_blocks(README)) >= 2
+    assert len(BLOCKS) >= 8
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=_ids())
+def test_the_readme_is_a_front_page() -> None:
+    """The README stays short (issue 32): the guide lives in docs/, and every page it links
+    to is there."""
+    text = README.read_text("utf-8")
+    assert len(text.splitlines()) <= 300
+    links = re.findall(r"\]\((docs/[^)#]+)", text)
+    assert links
+    for link in links:
+        assert (ROOT / link).is_file(), link
+
+
+@pytest.mark.parametrize(("page", "block"), BLOCKS, ids=_ids())
 def test_readme_example_runs(
-    block: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+    page: Path,
+    block: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     if block.lstrip().startswith(">>>"):
-        test = doctest.DocTestParser().get_doctest(block, {}, "README", str(README), 0)
+        test = doctest.DocTestParser().get_doctest(block, {}, page.name, str(page), 0)
         flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
         runner = doctest.DocTestRunner(optionflags=flags)
         output: list[str] = []
@@ -48,7 +72,7 @@ def test_readme_example_runs(
         block = block.replace("valkey://10.0.0.5:6379/0", f"valkey://127.0.0.1:{server.port}/0")
         block = block.replace("prefix=crawl1", f"prefix={unique_prefix()}")
     namespace: dict[str, object] = {}
-    exec(compile(block, str(README), "exec"), namespace)
+    exec(compile(block, str(page), "exec"), namespace)
     for name, value in namespace.items():
         if isinstance(value, str) and value.startswith("urlsieve."):
             module, _, attribute = value.rpartition(".")

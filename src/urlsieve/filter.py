@@ -27,7 +27,7 @@ Categories = Collection[str] | None
 
 
 class Filter:
-    """A URL filter: most specific rule wins, ``allow`` on a tie (DESIGN.md §2).
+    """A URL filter: most specific rule wins, ``allow`` on a tie (docs/architecture.md, "Rules").
 
     >>> f = Filter.from_rules(["evil.com", "@@evil.com/public/"])
     >>> f.check("http://WWW.Evil.COM:80/x").action

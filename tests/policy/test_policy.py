@@ -343,9 +343,9 @@ def test_built_in_safe_search(url: str, rewritten: str | None) -> None:
     assert decision.action == (PASS if rewritten is None else "rewrite")
 
 
-def test_the_readme_policy_example_reads_and_validates() -> None:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text("utf-8")
-    start = text.index("## Policies")
+def test_the_guides_policy_example_reads_and_validates() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "policies.md").read_text("utf-8")
+    start = text.index("# Policies")
     block = text[start:].split("```toml\n", 1)[1].split("```", 1)[0]
     data = tomllib.loads(block)
     policy = read_native(data, "/etc/urlsieve/urlsieve.toml")

@@ -1,4 +1,4 @@
-"""Matching engines behind one ``Matcher`` protocol (DESIGN.md §3).
+"""Matching engines behind one ``Matcher`` protocol (docs/architecture.md, "The rule engine").
 
 - :class:`HashMatcher` — the production matcher (hash tables keyed by lookup expressions);
 - :class:`SegmentedTable` — the seed patent's segmented table, with its own semantics;

@@ -40,7 +40,7 @@ Its semantics, not urlsieve's (the contract tests mark each difference):
 
 The patent's flow chart (step T2-6) gives up when the first bucket is
 non-empty but does not match; its worked example 2 goes on to the next
-bucket. This follows the worked example (and DESIGN.md): the first match
+bucket. This follows the worked example (and the project's reading of it): the first match
 anywhere decides. The worked example's bucket indices cannot be reproduced
 with the ``_hf`` it prints (``_hf("www.taobao.com") = 30801``, not 73229);
 its prefix values can (``www`` → 30583, ``im`` → 26989) and are tested.

@@ -1,4 +1,6 @@
-"""The compiled rule format, urlsieve's one production matcher (DESIGN.md §3).
+"""The compiled rule format, urlsieve's one production matcher.
+
+See docs/architecture.md, "The rule engine".
 
 Rules are compiled into one flat image: hash tables, postings, fixed-size
 rule records and their strings. :class:`SnapshotMatcher` answers from such
@@ -40,7 +42,7 @@ chosen categories the verdict is the one of a filter loaded from those
 categories only (``tests/match/test_snapshot_engine.py`` checks it).
 
 Matching gives the verdicts of the reference matcher (``HashMatcher``,
-DESIGN.md §2; the differential tests hold the two equal): for each host
+docs/architecture.md, "Rules"; the differential tests hold the two equal): for each host
 suffix, most specific first, every path expression whose depth occurs at that
 host is probed (:func:`~urlsieve.rules.model.storage_keys` says where a rule
 is stored); candidates are checked against the rule's own fields (so a 64-bit

@@ -1,4 +1,4 @@
-"""Rules and the list formats they are read from (DESIGN.md §2)."""
+"""Rules and the list formats they are read from (docs/architecture.md, "Rules")."""
 
 from urlsieve.rules.load import LoadResult, list_files, load_lists
 from urlsieve.rules.model import ALLOW, BLOCK, NONE, Rule, RuleKey, parse_rule

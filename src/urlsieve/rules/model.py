@@ -1,4 +1,4 @@
-"""Rules: a pattern, an action, a category and where it came from (DESIGN.md §2).
+"""Rules: a pattern, an action, a category and where it came from (docs/architecture.md, "Rules").
 
 Pattern semantics (rules are canonicalised with the same code as requests):
 

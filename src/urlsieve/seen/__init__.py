@@ -1,4 +1,7 @@
-"""URL de-duplication: seen stores behind one protocol, opened from a spec (DESIGN.md §4)."""
+"""URL de-duplication: seen stores behind one protocol, opened from a spec.
+
+See docs/architecture.md, "Seen stores".
+"""
 
 from urlsieve.seen.base import (
     BACKENDS,

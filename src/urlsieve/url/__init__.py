@@ -1,4 +1,4 @@
-"""Canonical URLs and lookup expressions (DESIGN.md §1)."""
+"""Canonical URLs and lookup expressions (docs/architecture.md, "Canonical URLs")."""
 
 from urlsieve.url.expressions import (
     host_suffixes,

@@ -30,7 +30,8 @@ sends the lookup on down rather than missing a URL added below it.
 
 Compared with the seed paper: its batches of 300 become pipelined batches of
 ``batch`` URLs; its "rehash the old leaf's elements into the children" is
-impossible for a Bloom filter and replaced by the kept leaf (DESIGN.md §6).
+impossible for a Bloom filter and replaced by the kept leaf
+(docs/architecture.md, "Where it came from").
 The false-positive rate of a URL is ``1 - Π(1 - f_node)`` over its path, so a
 deep tree's compound rate exceeds f_max; ``stats()`` reports it.
 """
