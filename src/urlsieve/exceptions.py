@@ -11,7 +11,8 @@ Hierarchy::
     ├── NoRules                        a gateway process has no rules loaded (and why)
     ├── ResolveError                   a name server that does not answer or fails (timeout,
     │                                  SERVFAIL, refused); a name that does not exist is not one
-    ├── StoreError                     a seen store cannot do what was asked
+    ├── StoreError                     a store (seen store, queue, verdicts, grants, index)
+    │                                  cannot do what was asked
     │   ├── StoreCorrupt               a file that is not a store, truncated, or damaged
     │   ├── ProfileMismatch            a store written under another canonical profile
     │   ├── StoreReadOnly              a write to a store opened read-only
@@ -21,9 +22,15 @@ Hierarchy::
     │                                  (network, OOM, READONLY)
     └── LearnError                     the self-learning gateway (``urlsieve.learn``)
         ├── QueueCorrupt               a queue or verdict database that cannot be read (path,
-        │                              what to do)
-        ├── QueueUnavailable           a queue server that does not answer (the learner retries)
-        └── SpoolCorrupt               a WARC segment that cannot be read (path, what to do)
+        │                              what to do); also a StoreCorrupt
+        ├── QueueUnavailable           the learner's queue or verdict store does not answer
+        │                              (the learner retries); also a StoreUnavailable
+        └── SpoolCorrupt               a WARC segment that cannot be read (path, what to do);
+                                       also a StoreCorrupt
+
+Every store, whatever its family, raises the ``Store*`` errors: ``except StoreUnavailable``
+catches a queue, verdict store, grant store or seen store that cannot be reached. The
+learner's own names stay as subclasses, so code that catches them keeps working.
 
 Driver and OS errors are translated where they cross into urlsieve, with
 ``raise ... from exc`` so the original stays visible.
@@ -145,8 +152,9 @@ class LearnError(UrlsieveError):
     """The self-learning gateway (:mod:`urlsieve.learn`) cannot do what was asked."""
 
 
-class QueueCorrupt(LearnError):
-    """A queue database that is not one, or is damaged; the message names the file and the fix."""
+class QueueCorrupt(StoreCorrupt, LearnError):
+    """A queue or verdict database that is not one, or is damaged; the message names the
+    file and the fix. A :class:`StoreCorrupt` like every damaged store."""
 
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
@@ -154,11 +162,12 @@ class QueueCorrupt(LearnError):
         super().__init__(f"{path}: {reason}")
 
 
-class QueueUnavailable(LearnError):
-    """The queue's server does not answer or refuses; nothing queued is lost, retry later."""
+class QueueUnavailable(StoreUnavailable, LearnError):
+    """The learner's queue or verdict store does not answer or refuses; nothing queued is
+    lost, retry later. A :class:`StoreUnavailable` like every store that cannot be reached."""
 
 
-class SpoolCorrupt(LearnError):
+class SpoolCorrupt(StoreCorrupt, LearnError):
     """A WARC segment that cannot be read; the message names the file and the fix."""
 
     def __init__(self, path: str, reason: str) -> None:

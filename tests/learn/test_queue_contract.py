@@ -438,3 +438,23 @@ def test_host_of_takes_any_bytes(raw: bytes) -> None:
     assert isinstance(host, bytes)
     assert len(host) <= len(raw)
     assert b"/" not in host and b"?" not in host and b"#" not in host
+
+
+def test_a_job_of_a_generation_purged_and_queued_again_is_stale(case: Case) -> None:
+    """A learner that finishes a job after its URL was done, forgotten past the re-check
+    age and queued anew must not mark the new one done (Hypothesis found the memory
+    queue reusing generation 1 after a purge)."""
+    q = case.queue
+    a, b = "http://a.example/1", "http://b.example/1"
+    q.offer([Sighting(a)])
+    q.offer([Sighting(b)])
+    first = {j.url: j for j in q.claim("l", 2, lease=LEASE)}
+    case.lease_runs_out()
+    second = {j.url: j for j in q.claim("l", 2, lease=LEASE)}
+    assert q.done([first[b]]) == 1  # the first holder finishes late: first done wins
+    case.clock.advance(101)  # past the re-check age: b may be queued again
+    assert q.done([first[a]]) == 1  # (the memory queue purges what is old on a done)
+    assert q.offer([Sighting(b)]) == 1
+    assert q.done([second[b]]) == 0  # the lease of b's old generation: stale
+    (fresh,) = q.claim("l", 10)
+    assert fresh.url == b and q.done([fresh]) == 1

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 import pytest
 
 from urlsieve import InvalidURL, parse_rule
-from urlsieve.match import DecompositionTree, HashMatcher, Matcher, SegmentedTable
+from urlsieve.match import (
+    DecompositionTree,
+    HashMatcher,
+    Matcher,
+    SegmentedTable,
+    SnapshotMatcher,
+)
 from urlsieve.rules import ALLOW, BLOCK, Rule
 
 PATTERNS = [
@@ -73,6 +79,8 @@ CASES = [
 ]
 
 ENGINES: dict[str, Callable[[list[Rule]], Matcher]] = {
+    # The production engine: the compiled rule format every Filter runs on.
+    "snapshot": SnapshotMatcher.from_rules,
     "hash": HashMatcher,
     "tree": DecompositionTree,
     # Roomy, so that no bucket collision adds raw-prefix false hits (tested on their own).
@@ -118,7 +126,7 @@ def test_patent_differences_are_the_documented_ones() -> None:
     }
 
 
-@pytest.mark.parametrize("name", ["hash", "tree"])
+@pytest.mark.parametrize("name", ["snapshot", "hash", "tree"])
 def test_canonicalising_engines_refuse_invalid_urls(name: str) -> None:
     with pytest.raises(InvalidURL):
         ENGINES[name](RULES).check("javascript:alert(1)")

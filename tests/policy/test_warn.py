@@ -197,3 +197,23 @@ def test_the_external_acl_keeps_a_warning_over_a_later_reading() -> None:
     reply = helper.handle(b"http://ok.example/x%23/../social/y 10.0.0.7 - GET")
     assert reply.startswith('OK tag="social"'), reply
     assert helper.handle(b"http://ok.example/x 10.0.0.7 - GET") == "ERR\n"
+
+
+def test_a_relative_warn_store_is_the_configuration_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One rule for relative paths: a relative file in ``warn_store`` is next to the
+    configuration file, as list paths are, not in the current directory."""
+    (tmp_path / "etc").mkdir()
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    text = POLICY.format(store="sqlite:state/grants.db")
+    (tmp_path / "etc" / "state").mkdir()
+    policy = read_native(tomllib.loads(text), str(tmp_path / "etc" / "u.toml"))
+    assert policy.warn_store == f"sqlite:{tmp_path / 'etc' / 'state' / 'grants.db'}"
+    rules = [parse_rule("adult.example", BLOCK, "adult"), parse_rule("s.example", BLOCK, "social")]
+    e = PolicyEngine(policy, Filter(rules))
+    e.grant("http://s.example/", KID, seconds=60)
+    assert (tmp_path / "etc" / "state" / "grants.db").is_file()
+    assert not list(elsewhere.iterdir())

@@ -28,8 +28,8 @@ from urlsieve import (
     canonicalize,
 )
 from urlsieve.seen import open_seen
-from urlsieve.seen._files import os_error
 from urlsieve.seen.bitmap import BitmapStore, false_positive_floor
+from urlsieve.store.files import os_error
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -294,7 +294,7 @@ def _convert(name: str, kind: str, value: Any, where: str, base: Path | None) ->
     if kind == "spec":  # a store or queue spec: a relative file in it is the file's
         if not isinstance(value, str) or not value:
             raise bad("a spec string (e.g. 'sqlite:PATH')")
-        from urlsieve.seen.base import resolve_spec
+        from urlsieve.store.spec import resolve_spec
 
         return resolve_spec(value, base)
     if kind == "str":

@@ -13,7 +13,7 @@ from urlsieve.filter import Filter
 from urlsieve.gateway.config import GatewayConfig
 from urlsieve.gateway.live import FileSignature, file_signature
 from urlsieve.layered import LayeredFilter
-from urlsieve.match.snapshot import SnapshotInfo, read_snapshot_info
+from urlsieve.match.snapshot import SnapshotInfo
 from urlsieve.rules.model import ALLOW, BLOCK
 
 if TYPE_CHECKING:
@@ -267,11 +267,6 @@ def rules_info(rules: Filter | None, loaded_at: float | None, generation: int) -
     else:
         info["source"] = "lists"
     return info
-
-
-def snapshot_summary(path: str) -> SnapshotInfo:
-    """The header of a snapshot file (for ``config check``)."""
-    return read_snapshot_info(path)
 
 
 def policy_loader(

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from urlsieve.exceptions import ConfigError
-from urlsieve.seen.base import resolve_spec
+from urlsieve.store.spec import resolve_spec
 
 __all__ = ["LearnSettings", "read_learn_settings"]
 

@@ -23,9 +23,6 @@ was learned, so compiling it takes milliseconds whatever the size of the base li
 
 from __future__ import annotations
 
-import fcntl
-import os
-import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -35,6 +32,7 @@ from pathlib import Path
 from urlsieve.filter import Filter
 from urlsieve.learn.verdicts import Learned, Verdicts
 from urlsieve.match.snapshot import SnapshotInfo
+from urlsieve.store.files import file_lock, write_atomic
 
 __all__ = [
     "CLEAN_CATEGORY",
@@ -120,17 +118,9 @@ def promoted_hosts(verdicts: Iterable[Learned], after: int) -> dict[str, Learned
 
 
 def _write(path: Path, lines: list[str]) -> None:
-    """Write a list file atomically (readers never see half of it)."""
+    """Write a list file atomically (readers never see half of it; a crash keeps the old)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write("".join(lines))
-        os.chmod(tmp, 0o644)  # gateways often run as another user (Squid's)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, "".join(lines))
 
 
 def render_tree(store: Verdicts, tree: Path, *, promote_after: int = 3) -> tuple[int, int]:
@@ -182,8 +172,7 @@ def build_overlay(
     before another's write must not be the one renamed last."""
     started = time.perf_counter()
     output.parent.mkdir(parents=True, exist_ok=True)
-    with open(output.with_name(output.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(output.with_name(output.name + ".lock")):
         rules, promoted = render_tree(store, tree, promote_after=promote_after)
         source = Filter.from_lists(
             [tree / "block"],

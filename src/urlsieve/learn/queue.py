@@ -44,7 +44,6 @@ Semantics every backend keeps (one contract test proves them):
 from __future__ import annotations
 
 import hashlib
-import importlib
 import math
 import threading
 import time
@@ -54,7 +53,9 @@ from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 from urlsieve.exceptions import ConfigError, LearnError
-from urlsieve.seen.base import ClosingStore, cast_params, parse_spec
+from urlsieve.store.base import ClosingStore
+from urlsieve.store.spec import Backend, Registry
+from urlsieve.store.valkey import SERVER_SCHEMES
 
 __all__ = [
     "BANDS",
@@ -390,7 +391,9 @@ class MemoryQueue(ClosingQueue):
                 entries[raw] = _Entry(
                     url=decode_url(raw),
                     host=host_of(raw),
-                    gen=1 if entry is None else entry.gen + 1,
+                    # unique for the queue's life: an entry purged and queued again
+                    # must not take a generation an old job still carries
+                    gen=self._seq,
                     first=seen.first,
                     requests=seen.requests,
                     clients=set(seen.clients),
@@ -528,46 +531,31 @@ class MemoryQueue(ClosingQueue):
 # ---------------------------------------------------------------------- registry
 
 
-@dataclass(frozen=True)
-class QueueBackend:
-    """A registered backend: ``module:function`` (imported when used) and its parameters.
-
-    The opener is called as ``opener(location, **typed_params, clock=...)``.
-    """
-
-    target: str
-    params: Mapping[str, type]
-    extra: str | None = None
-
-    def opener(self) -> Callable[..., UnknownQueue]:
-        module_name, _, attr = self.target.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            hint = f" (pip install 'urlsieve[{self.extra}]')" if self.extra else ""
-            raise ConfigError(f"queue backend {module_name} cannot be loaded: {exc}{hint}") from exc
-        opener: Callable[..., UnknownQueue] = getattr(module, attr)
-        return opener
-
-
 _COMMON: dict[str, type] = {"recheck": float, "max_attempts": int, "max_url": int}
 _SQLITE = {**_COMMON, "busy_timeout": float, "synchronous": str, "max_bytes": int}
 _VALKEY = {**_COMMON, "prefix": str, "group": str, "timeout": float, "db": int}
 
+#: A queue backend: ``module:function`` (imported when used) and its parameters; the
+#: opener is called as ``opener(location, **typed_params, clock=...)``.
+QueueBackend = Backend
+
 #: Queue backends by spec prefix; add one with :func:`register_queue_backend`.
-QUEUE_BACKENDS: dict[str, QueueBackend] = {
-    "memory": QueueBackend("urlsieve.learn.queue:MemoryQueue", _COMMON),
-    "sqlite": QueueBackend("urlsieve.learn.queue_sqlite:SqliteQueue", _SQLITE),
-    **{
-        scheme: QueueBackend(f"urlsieve.learn.queue_valkey:open_{scheme}", _VALKEY, "valkey")
-        for scheme in ("valkey", "valkeys", "redis", "rediss", "unix")
+QUEUE_BACKENDS: Registry[UnknownQueue] = Registry(
+    "queue spec",
+    {
+        "memory": Backend("urlsieve.learn.queue:MemoryQueue", _COMMON),
+        "sqlite": Backend("urlsieve.learn.queue_sqlite:SqliteQueue", _SQLITE),
+        **{
+            scheme: Backend(f"urlsieve.learn.queue_valkey:open_{scheme}", _VALKEY, "valkey")
+            for scheme in SERVER_SCHEMES
+        },
     },
-}
+)
 
 
-def register_queue_backend(name: str, backend: QueueBackend) -> None:
+def register_queue_backend(name: str, backend: Backend) -> None:
     """Make ``name:`` specs open ``backend`` (third-party backends too)."""
-    QUEUE_BACKENDS[name.lower()] = backend
+    QUEUE_BACKENDS.register(name, backend)
 
 
 def open_queue(spec: str, **overrides: Any) -> UnknownQueue:
@@ -576,13 +564,4 @@ def open_queue(spec: str, **overrides: Any) -> UnknownQueue:
     Keyword ``overrides`` win over spec parameters (``clock=`` too: a callable giving epoch
     seconds, for tests).
     """
-    parsed = parse_spec(spec)
-    backend = QUEUE_BACKENDS.get(parsed.backend)
-    if backend is None:
-        known = ", ".join(sorted(QUEUE_BACKENDS))
-        raise ConfigError(f"unknown queue backend {parsed.backend!r} in {spec!r} (known: {known})")
-    kwargs = cast_params(
-        parsed.params.items(), backend.params, spec, what="queue spec", backend=parsed.backend
-    )
-    kwargs.update(overrides)
-    return backend.opener()(parsed.location, **kwargs)
+    return QUEUE_BACKENDS.open(spec, **overrides)

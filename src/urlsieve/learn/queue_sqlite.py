@@ -50,6 +50,7 @@ from urlsieve.learn.queue import (
     group,
     host_of,
 )
+from urlsieve.store import sqlite
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SqliteQueue"]
 
@@ -124,14 +125,15 @@ class SqliteQueue(ClosingQueue):
         self._clock = clock
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
-        try:
-            db = sqlite3.connect(
-                location, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            raise QueueUnavailable(
-                f"{location}: cannot open the queue ({exc}): check the directory and permissions"
-            ) from exc
+        # The journal mode is set by _setup, after the file is known to be a queue.
+        db = sqlite.connect(
+            location,
+            what="learning queue",
+            timeout=busy_timeout,
+            wal=False,
+            unavailable=QueueUnavailable,
+            corrupt=QueueCorrupt,
+        )
         try:
             self._setup(db, synchronous.upper(), max_bytes)
         except BaseException:
@@ -282,11 +284,15 @@ class SqliteQueue(ClosingQueue):
                 prio = band(not self._judged(db, host), seen.requests, len(seen.clients))
                 values = (seen.first, seen.requests, clients, prio, now)
                 if row is None:
+                    # A row id can be reused once its row is purged: the generation of a
+                    # new row is the queue's running count of URLs queued (plus one), so a
+                    # job of the purged row never matches the new one.
                     db.execute(
                         "INSERT INTO urls (url, host, state, gen, lease, first_seen, requests, "
                         "clients, prio, ready_at, attempts, until) "
-                        "VALUES (?, ?, 0, 1, 0, ?, ?, ?, ?, ?, 0, 0)",
-                        (raw, host, *values),
+                        "VALUES (?, ?, 0, 1 + ? + COALESCE((SELECT value FROM counters "
+                        "WHERE name = 'queued'), 0), 0, ?, ?, ?, ?, ?, 0, 0)",
+                        (raw, host, queued, *values),
                     )
                 else:
                     db.execute(

@@ -58,6 +58,7 @@ from urlsieve.learn.queue import (
     group,
     host_of,
 )
+from urlsieve.store import valkey as valkey_store
 
 __all__ = [
     "ValkeyQueue",
@@ -70,7 +71,6 @@ __all__ = [
 
 #: URLs per offer script call (bounds the argument list of one call).
 _CHUNK = 500
-_UNAVAILABLE = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "BUSY", "TRYAGAIN", "CLUSTERDOWN")
 
 _COMMON_LUA = """
 local p = ARGV[1]
@@ -341,14 +341,6 @@ class ValkeyQueue(ClosingQueue):
             raise ConfigError(f"prefix={prefix!r}, group={group!r}: both must be non-empty")
         if not timeout > 0:
             raise ConfigError(f"timeout={timeout!r}: must be > 0 seconds")
-        try:
-            import valkey
-            from valkey import exceptions as vx
-        except ImportError:
-            raise ConfigError(
-                "valkey:// queues need the [valkey] extra (pip install 'urlsieve[valkey]')"
-            ) from None
-        self._vx = vx
         self.url = url
         self.prefix = prefix
         self.group = group
@@ -358,12 +350,10 @@ class ValkeyQueue(ClosingQueue):
         self._clock = clock
         self._p = "{" + prefix + "}"
         self._counters = self._p + ":n"
-        try:
-            client: Any = valkey.Valkey.from_url(
-                url, socket_timeout=timeout, socket_connect_timeout=timeout
-            )
-        except ValueError as exc:
-            raise ConfigError(f"bad server URL {url!r}: {exc}") from exc
+        client: Any = valkey_store.connect(url, what="the learning queue", timeout=timeout)
+        from valkey import exceptions as vx
+
+        self._vx = vx
         self._client: Any = client
         self._scripts = {
             name: client.register_script(source)
@@ -398,22 +388,17 @@ class ValkeyQueue(ClosingQueue):
                 if not self._grouped:
                     self._ensure_groups()
                 return fn()
-            except (vx.ConnectionError, vx.TimeoutError, OSError) as exc:
-                raise QueueUnavailable(
-                    f"{what} on {self.url} failed: {exc} (nothing queued is lost; retry)"
-                ) from exc
-            except vx.ResponseError as exc:
-                text = str(exc)
-                if "NOGROUP" in text and attempt == 0:  # the server lost its data: regroup
+            except (vx.ValkeyError, OSError) as exc:
+                if "NOGROUP" in str(exc) and attempt == 0:  # the server lost its data: regroup
                     self._grouped = False
                     continue
-                if text.split(" ", 1)[0] in _UNAVAILABLE or any(
-                    code in text for code in ("OOM ", "READONLY ", "LOADING ")
-                ):
-                    raise QueueUnavailable(
-                        f"{what} on {self.url} refused: {text} (retry later)"
-                    ) from exc
-                raise LearnError(f"{what} on {self.url} refused: {text}") from exc
+                raise valkey_store.server_error(
+                    exc,
+                    where=self.url,
+                    doing=what,
+                    unavailable=QueueUnavailable,
+                    refused=LearnError,
+                ) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _run(self, name: str, what: str, args: list[Any]) -> Any:

@@ -65,7 +65,8 @@ from urllib.parse import quote, unquote
 
 from urlsieve.exceptions import LearnError, SpoolCorrupt
 from urlsieve.learn.page import Page
-from urlsieve.seen.base import ClosingStore
+from urlsieve.store.base import ClosingStore
+from urlsieve.store.files import fsync_dir
 
 __all__ = [
     "Claim",
@@ -171,14 +172,6 @@ def _gzip(data: bytes) -> bytes:
 
 def _segment_name(ns: int) -> str:
     return f"{ns:020d}-{os.getpid()}"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Spool(ClosingStore):
@@ -287,7 +280,7 @@ class Spool(ClosingStore):
         self._path = path
         self._size = 0
         self._opened_at = time.monotonic()
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
 
     def _rotate(self) -> None:
         if self._file is None or self._path is None:
@@ -299,7 +292,7 @@ class Spool(ClosingStore):
             path.unlink(missing_ok=True)
         else:
             path.rename(path.with_name(path.name[: -len(".open")]))
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
 
     def close(self) -> None:
         """Close the open segment (it becomes ready) and release the directory."""
@@ -471,7 +464,7 @@ def recover_segment(path: str | os.PathLike[str]) -> Path | None:
             good = end
     if good == 0:
         where.unlink(missing_ok=True)
-        _fsync_dir(where.parent)
+        fsync_dir(where.parent)
         return None
     with where.open("r+b") as fh:
         fh.truncate(good)
@@ -479,7 +472,7 @@ def recover_segment(path: str | os.PathLike[str]) -> Path | None:
         os.fsync(fh.fileno())
     ready = where.with_name(where.name.removesuffix(".open"))
     where.rename(ready)
-    _fsync_dir(where.parent)
+    fsync_dir(where.parent)
     return ready
 
 

@@ -22,7 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from urlsieve.exceptions import InvalidURL, LearnError, QueueCorrupt
+from urlsieve.exceptions import InvalidURL, LearnError, QueueCorrupt, QueueUnavailable
+from urlsieve.store import sqlite
+from urlsieve.store.spec import Backend
+from urlsieve.store.valkey import is_server_url
 from urlsieve.url import CRAWLER, canonicalize, parse_url
 
 __all__ = ["SOURCES", "Learned", "VerdictStore", "Verdicts", "open_verdicts", "rule_key"]
@@ -128,13 +131,15 @@ class VerdictStore:
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self._lock = threading.RLock()
+        # One connection shared by the learner's threads, serialised by a lock.
+        self._db = sqlite.connect(
+            self.path,
+            what="verdict store",
+            timeout=30,
+            unavailable=QueueUnavailable,
+            corrupt=QueueCorrupt,
+        )
         try:
-            # One connection shared by the learner's threads, serialised by a lock.
-            self._db = sqlite3.connect(
-                self.path, timeout=30, isolation_level=None, check_same_thread=False
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA busy_timeout=30000")
             self._db.executescript(_SCHEMA)
             found = self._db.execute("SELECT value FROM meta WHERE name='schema'").fetchone()
             if found is None:
@@ -287,13 +292,14 @@ class Verdicts(Protocol):
 
 def open_verdicts(spec: str | Path) -> Verdicts:
     """The verdict store ``spec`` names: a ``valkey://`` (``valkeys://``, ``redis://``,
-    ``rediss://``) URL shared by a fleet, else the path of a SQLite file."""
+    ``rediss://``, ``unix://``) URL shared by a fleet, else the path of a SQLite file
+    (``sqlite:PATH`` too). The Valkey backend is loaded when named (no import circle)."""
     text = str(spec)
-    if text.startswith(("valkey://", "valkeys://", "redis://", "rediss://")):
-        from urlsieve.learn.verdicts_valkey import ValkeyVerdicts
-
-        return ValkeyVerdicts(text)
-    return VerdictStore(text)
+    if is_server_url(text):
+        opener = Backend("urlsieve.learn.verdicts_valkey:ValkeyVerdicts", {}, extra="valkey")
+        found: Verdicts = opener.opener()(text)
+        return found
+    return VerdictStore(text.removeprefix("sqlite:"))
 
 
 def _damaged(path: str, exc: sqlite3.DatabaseError) -> QueueCorrupt:

@@ -22,6 +22,9 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from urlsieve.exceptions import ConfigError, LearnError, QueueUnavailable
 from urlsieve.learn.verdicts import Learned, rule_key
+from urlsieve.store import valkey as valkey_store
+
+_WHAT = "the verdict store"
 
 __all__ = ["ValkeyVerdicts"]
 
@@ -63,32 +66,15 @@ class ValkeyVerdicts:
             raise ConfigError(f"{spec!r}: unknown parameter(s) {', '.join(sorted(params))}")
         self.url = urlunsplit(parts._replace(query=""))
         self.path = spec  # how errors and logs name the store
-        try:
-            import valkey
-            from valkey import exceptions as vx
-        except ImportError:
-            raise ConfigError(
-                "valkey:// verdict stores need the [valkey] extra (pip install 'urlsieve[valkey]')"
-            ) from None
-        self._vx = vx
-        try:
-            self._client: Any = valkey.Valkey.from_url(
-                self.url, socket_timeout=timeout, socket_connect_timeout=timeout
-            )
-        except ValueError as exc:
-            raise ConfigError(f"bad server URL {self.url!r}: {exc}") from exc
+        self._client: Any = valkey_store.connect(self.url, what=_WHAT, timeout=timeout)
         tag = "{" + prefix + "}"
         self._hash, self._version = f"{tag}:verdicts", f"{tag}:version"
         self._put = self._client.register_script(_PUT)
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
-        vx = self._vx
-        try:
-            return fn()
-        except (vx.ConnectionError, vx.TimeoutError, OSError) as exc:
-            raise QueueUnavailable(f"{what} on {self.url} failed: {exc} (retry)") from exc
-        except vx.ResponseError as exc:
-            raise LearnError(f"{what} on {self.url} refused: {exc}") from exc
+        return valkey_store.call(
+            fn, where=self.url, doing=what, unavailable=QueueUnavailable, refused=LearnError
+        )
 
     def close(self) -> None:
         self._client.close()

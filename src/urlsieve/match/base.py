@@ -18,7 +18,7 @@ class Verdict(NamedTuple):
 
     ``rule`` is the deciding rule (pattern, action, category, source, line),
     ``canonical`` the URL as the engine saw it (canonical form for the
-    production matcher and the tree). A named tuple: cheap to make per request.
+    compiled and reference engines and the tree). A named tuple: cheap to make per request.
     """
 
     action: str

@@ -1,4 +1,4 @@
-"""The production matcher: hash tables keyed by lookup expressions, most specific first.
+"""The reference matcher: hash tables keyed by lookup expressions, most specific first.
 
 Rules are grouped by host. For a request it walks the host's label suffixes
 from the host itself up (skipping depths no rule has), and in the first

@@ -68,7 +68,6 @@ import math
 import mmap
 import os
 import struct
-import tempfile
 import threading
 import time
 from array import array
@@ -85,6 +84,7 @@ from urlsieve.exceptions import InvalidURL, SnapshotError
 from urlsieve.match.base import Explanation, Verdict
 from urlsieve.rules.model import ALLOW, BLOCK, NONE, Rule, rank_of, storage_keys
 from urlsieve.rules.readers import LineContext
+from urlsieve.store.files import write_atomic
 from urlsieve.url import URL, parse_url
 
 __all__ = [
@@ -894,25 +894,13 @@ def build_image(
 
 
 def write_image(image: Image | memoryview, path: str | os.PathLike[str]) -> None:
-    """Write ``image`` at ``path`` atomically (temporary file, fsync, rename)."""
-    target = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise SnapshotError(str(target), f"cannot write here: {exc.strerror or exc}") from exc
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(image)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise SnapshotError(str(target), f"cannot write: {exc.strerror or exc}") from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``image`` at ``path`` atomically and durably (temporary file, fsync, rename,
+    directory fsync: :func:`urlsieve.store.files.write_atomic`)."""
+
+    def refuse(exc: OSError, target: Path, doing: str) -> SnapshotError:
+        return SnapshotError(str(target), f"cannot write: {exc.strerror or exc}")
+
+    write_atomic(path, image, translate=refuse)
 
 
 def compile_snapshot(

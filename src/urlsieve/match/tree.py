@@ -3,7 +3,7 @@
 A URL is decomposed into items — host labels from the top-level domain
 down, then path segments — and rules hang on the nodes of a tree of those
 items. A lookup walks the tree along the request's items and keeps the best
-rule met on the way (:attr:`Rule.rank`), so it has the production matcher's
+rule met on the way (:attr:`Rule.rank`), so it has the reference matcher's
 semantics exactly (the differential test checks this) with a tree's cost:
 one dict step per label and per segment, however few rules there are.
 """

@@ -61,7 +61,7 @@ __all__ = [
     "url_ids",
 ]
 
-Verdict = Literal["new", "duplicate", "candidate"]
+AliasOutcome = Literal["new", "duplicate", "candidate"]
 
 
 class PageIndex(Protocol):
@@ -331,7 +331,7 @@ class MirrorDetector:
 class Sighting:
     """What :meth:`AliasTracker.see` decided about a URL, and why."""
 
-    verdict: Verdict
+    verdict: AliasOutcome
     url: str  # the canonical URL after the alias step (what the crawl should fetch as)
     host: str
     addresses: tuple[str, ...] = ()

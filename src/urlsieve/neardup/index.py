@@ -43,10 +43,11 @@ from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from urlsieve._bits import bit_counts
 from urlsieve.exceptions import ConfigError, StoreClosed, StoreCorrupt
-from urlsieve.seen._files import os_error
-from urlsieve.seen._mapped import bit_counts
-from urlsieve.seen.base import ClosingStore, cast_params, parse_spec
+from urlsieve.store.base import ClosingStore
+from urlsieve.store.files import os_error
+from urlsieve.store.spec import cast_params, parse_spec
 
 __all__ = ["FileIndex", "MemoryIndex", "NearDupIndex", "ValkeyIndex", "open_index"]
 
@@ -526,7 +527,7 @@ class ValkeyIndex(ClosingStore):
         timeout: float = 5.0,
         retries: int = 3,
     ) -> None:
-        from urlsieve.seen.valkey._client import Cmd, Router
+        from urlsieve.store.valkey.router import Cmd, Router
 
         if not _PREFIX.fullmatch(prefix):
             raise ConfigError(

@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, urlsplit
 
 from urlsieve.exceptions import ConfigError, ResolveError
-from urlsieve.seen.base import cast_params
+from urlsieve.store.spec import cast_params
 
 __all__ = [
     "AsyncDNSResolver",

@@ -71,6 +71,7 @@ from urlsieve.policy.timerules import (
     TimeSyntaxError,
     WeeklyEntry,
 )
+from urlsieve.store.spec import resolve_spec
 
 __all__ = ["POLICY_SECTIONS", "has_policy", "read_native"]
 
@@ -145,7 +146,10 @@ def read_native(data: Mapping[str, Any], path: str) -> Policy:
         if key in head:
             if not isinstance(head[key], str) or not head[key]:
                 raise PolicyError(f"{key} must be a string", f"{path}: [policy]")
-            setattr(policy, key, head[key])
+            # A relative file in the store spec is the configuration file's, like every
+            # other relative path in it (not the current directory's).
+            value = resolve_spec(head[key], base) if key == "warn_store" else head[key]
+            setattr(policy, key, value)
     if "warn_minutes" in head:
         minutes = head["warn_minutes"]
         if not isinstance(minutes, int) or isinstance(minutes, bool) or not 1 <= minutes <= 1440:

@@ -18,16 +18,31 @@ and the error is counted and logged by the caller.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from urlsieve.exceptions import ConfigError, StoreUnavailable
+from urlsieve.exceptions import ConfigError
+from urlsieve.store import sqlite
+from urlsieve.store import valkey as valkey_store
+from urlsieve.store.spec import Backend, Registry
+from urlsieve.store.valkey import SERVER_SCHEMES
 from urlsieve.url.expressions import host_suffixes
 
-__all__ = ["GrantStore", "MemoryGrants", "SqliteGrants", "ValkeyGrants", "grant_key", "open_grants"]
+__all__ = [
+    "GRANT_BACKENDS",
+    "GrantStore",
+    "MemoryGrants",
+    "SqliteGrants",
+    "ValkeyGrants",
+    "grant_key",
+    "open_grants",
+]
+
+_WHAT = "warn grants"
 
 #: The longest grant (seconds): a day.
 MAX_GRANT_SECONDS = 86_400
@@ -80,42 +95,41 @@ class SqliteGrants:
     """Grants in an SQLite file shared by the processes of one machine."""
 
     def __init__(self, path: str, clock: Callable[[], float] = time.time) -> None:
+        if not path:
+            raise ConfigError(
+                "warn_store 'sqlite:' needs a path: sqlite:/var/lib/urlsieve/grants.db"
+            )
         self.path = path
         self._clock = clock
         self._lock = threading.Lock()
-        try:
-            self._db = sqlite3.connect(
-                path, timeout=2.0, check_same_thread=False, isolation_level=None
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = sqlite.connect(path, what=_WHAT, timeout=2.0)
+        with self._errors("creating the table"):
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS grants (key TEXT PRIMARY KEY, until REAL NOT NULL)"
             )
-        except sqlite3.Error as exc:
-            raise StoreUnavailable(
-                f"warn grants {path}: {exc} (check the path and permissions)"
-            ) from exc
 
-    def granted(self, key: str) -> bool:
+    @contextlib.contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
         try:
             with self._lock:
-                row = self._db.execute("SELECT until FROM grants WHERE key = ?", (key,)).fetchone()
+                yield
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"warn grants {self.path}: {exc}") from exc
+            raise sqlite.sqlite_error(exc, self.path, doing, what=_WHAT) from exc
+
+    def granted(self, key: str) -> bool:
+        with self._errors("reading a grant"):
+            row = self._db.execute("SELECT until FROM grants WHERE key = ?", (key,)).fetchone()
         return row is not None and row[0] > self._clock()
 
     def grant(self, key: str, seconds: int) -> None:
         now = self._clock()
-        try:
-            with self._lock:
-                self._db.execute(
-                    "INSERT INTO grants (key, until) VALUES (?, ?) "
-                    "ON CONFLICT(key) DO UPDATE SET until = excluded.until",
-                    (key, now + seconds),
-                )
-                self._db.execute("DELETE FROM grants WHERE until < ?", (now - 3600,))
-        except sqlite3.Error as exc:
-            raise StoreUnavailable(f"warn grants {self.path}: {exc}") from exc
+        with self._errors("writing a grant"):
+            self._db.execute(
+                "INSERT INTO grants (key, until) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET until = excluded.until",
+                (key, now + seconds),
+            )
+            self._db.execute("DELETE FROM grants WHERE until < ?", (now - 3600,))
 
     def close(self) -> None:
         self._db.close()
@@ -124,47 +138,55 @@ class SqliteGrants:
 class ValkeyGrants:
     """Grants on a Valkey (or Redis) server shared by a fleet; keys expire on the server."""
 
-    def __init__(self, url: str, prefix: str = "urlsieve:grant:") -> None:
-        try:
-            import valkey
-        except ImportError:
-            raise ConfigError(
-                "valkey:// grants need the [valkey] extra (pip install 'urlsieve[valkey]')"
-            ) from None
-        self._errors: tuple[type[Exception], ...] = (valkey.exceptions.ValkeyError, OSError)
-        self._client: Any = valkey.Valkey.from_url(
-            url, socket_timeout=1.0, socket_connect_timeout=1.0
-        )
+    def __init__(self, url: str, prefix: str = "urlsieve:grant:", timeout: float = 1.0) -> None:
+        self._client: Any = valkey_store.connect(url, what=_WHAT, timeout=timeout)
         self.url = url
         self.prefix = prefix
 
     def granted(self, key: str) -> bool:
-        try:
-            return bool(self._client.exists(self.prefix + key))
-        except self._errors as exc:
-            raise StoreUnavailable(f"warn grants {self.url}: {exc}") from exc
+        found = valkey_store.call(
+            lambda: self._client.exists(self.prefix + key), where=self.url, doing=_WHAT
+        )
+        return bool(found)
 
     def grant(self, key: str, seconds: int) -> None:
-        try:
-            self._client.set(self.prefix + key, b"1", ex=max(1, seconds))
-        except self._errors as exc:
-            raise StoreUnavailable(f"warn grants {self.url}: {exc}") from exc
+        valkey_store.call(
+            lambda: self._client.set(self.prefix + key, b"1", ex=max(1, seconds)),
+            where=self.url,
+            doing=_WHAT,
+        )
 
     def close(self) -> None:
         self._client.close()
 
 
+def open_memory(location: str) -> MemoryGrants:
+    """The ``memory:`` opener (takes no location)."""
+    if location:
+        raise ConfigError(f"warn_store 'memory:{location}': memory: takes no location")
+    return MemoryGrants()
+
+
+#: Grant stores by spec prefix: ``memory:``, ``sqlite:PATH``, ``valkey://…`` (and the
+#: other server schemes).
+GRANT_BACKENDS: Registry[GrantStore] = Registry(
+    "warn_store",
+    {
+        "memory": Backend("urlsieve.policy.warn:open_memory", {}),
+        "sqlite": Backend("urlsieve.policy.warn:SqliteGrants", {}),
+        **{
+            scheme: Backend(
+                "urlsieve.policy.warn:ValkeyGrants",
+                {"prefix": str, "timeout": float},
+                extra="valkey",
+                server=True,
+            )
+            for scheme in SERVER_SCHEMES
+        },
+    },
+)
+
+
 def open_grants(spec: str) -> GrantStore:
     """``memory:``, ``sqlite:PATH`` or ``valkey://…`` (``redis://`` too)."""
-    if spec == "memory:":
-        return MemoryGrants()
-    if spec.startswith("sqlite:"):
-        path = spec.removeprefix("sqlite:")
-        if not path:
-            raise ConfigError(
-                "warn_store 'sqlite:' needs a path: sqlite:/var/lib/urlsieve/grants.db"
-            )
-        return SqliteGrants(path)
-    if spec.startswith(("valkey://", "valkeys://", "redis://", "rediss://")):
-        return ValkeyGrants(spec)
-    raise ConfigError(f"warn_store {spec!r}: use memory:, sqlite:PATH or valkey://HOST:PORT/DB")
+    return GRANT_BACKENDS.open(spec)

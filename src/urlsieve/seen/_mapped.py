@@ -46,6 +46,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from urlsieve._bits import bit_counts, popcount
 from urlsieve.exceptions import (
     StoreClosed,
     StoreCorrupt,
@@ -53,8 +54,8 @@ from urlsieve.exceptions import (
     StoreReadOnly,
     UrlsieveError,
 )
-from urlsieve.seen._files import check_profile, fsync_dir, os_error
-from urlsieve.seen.base import ClosingStore
+from urlsieve.store.base import ClosingStore
+from urlsieve.store.files import check_profile, fsync_dir, os_error
 from urlsieve.url import FILTER, Profile
 
 __all__ = [
@@ -471,21 +472,6 @@ class MappedStore(ClosingStore):
     def __repr__(self) -> str:
         mode = ", readonly" if self._readonly else ""
         return f"<{type(self).__name__} {self._path!r} {self._profile.ident}{mode}>"
-
-
-def bit_counts(words: U64) -> npt.NDArray[np.integer]:
-    """The number of set bits of each 64-bit word, in the shape of ``words``."""
-    if hasattr(np, "bitwise_count"):  # numpy 2
-        counts: npt.NDArray[np.integer] = np.bitwise_count(words)
-        return counts
-    as_bytes = np.unpackbits(words.view(np.uint8).reshape(*words.shape, 8), axis=-1)
-    summed: npt.NDArray[np.integer] = as_bytes.sum(axis=-1)
-    return summed
-
-
-def popcount(words: U64) -> int:
-    """The number of set bits in ``words``."""
-    return int(bit_counts(words).sum(dtype=np.uint64))
 
 
 def rank_in_groups(values: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:

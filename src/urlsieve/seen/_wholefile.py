@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from urlsieve.exceptions import StoreClosed, StoreError, StoreReadOnly
-from urlsieve.seen._files import os_error, write_atomic, writer_lock
 from urlsieve.seen.base import ClosingStore
+from urlsieve.store.files import os_error, write_atomic, writer_lock
 from urlsieve.url import Profile
 
 __all__ = ["KeyTable", "WholeFileStore"]

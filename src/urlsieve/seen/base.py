@@ -4,20 +4,29 @@ A *spec* is URL-like: ``memory:``, ``exact:/var/lib/crawl/seen.exact``,
 ``bloom:seen.bloom?capacity=10000000&error=0.001``, ``valkey://host:6379/0?kind=bloom``.
 The part before the first ``:`` names the backend; each backend declares the
 query parameters it takes and their types, so ``?capacity=ten`` or an unknown
-parameter fails at once with a message naming the allowed ones.
+parameter fails at once with a message naming the allowed ones. The spec grammar, the
+registry and the store base live on the storage floor (:mod:`urlsieve.store`); the names
+re-exported here stay importable from this module.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
-from urllib.parse import parse_qsl
 
 from urlsieve.exceptions import ConfigError
+from urlsieve.store.base import ClosingStore
+from urlsieve.store.spec import (
+    Backend,
+    Registry,
+    StoreSpec,
+    cast_param,
+    cast_params,
+    parse_spec,
+    resolve_spec,
+)
 from urlsieve.url import FILTER, Profile
 from urlsieve.url.profile import PROFILES
 
@@ -105,135 +114,6 @@ class SeenStore(Protocol):
     ) -> None: ...
 
 
-class ClosingStore:
-    """Base of the stores: a store is its own context manager, and leaving the block closes it."""
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-@dataclass(frozen=True)
-class StoreSpec:
-    """A parsed spec: backend name, location (path or server URL) and raw parameters."""
-
-    raw: str
-    backend: str
-    location: str
-    params: Mapping[str, str]
-
-
-def parse_spec(spec: str) -> StoreSpec:
-    """Split ``backend:location?a=1&b=2``; server URLs (``valkey://…``) keep their whole form."""
-    backend, sep, rest = spec.partition(":")
-    if not sep or not backend:
-        raise ConfigError(
-            f"store spec {spec!r} has no backend: write e.g. 'memory:' or 'bloom:PATH'"
-        )
-    location, _, query = rest.partition("?")
-    try:
-        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
-    except ValueError as exc:
-        raise ConfigError(f"store spec {spec!r}: malformed parameters ({exc})") from None
-    params: dict[str, str] = {}
-    for key, value in pairs:
-        if key in params:
-            raise ConfigError(f"store spec {spec!r}: parameter {key!r} given twice")
-        params[key] = value
-    return StoreSpec(spec, backend.lower(), location, params)
-
-
-def resolve_spec(spec: str, base: str | os.PathLike[str] | None) -> str:
-    """``spec`` with a relative file location (``sqlite:state/q.db``, ``bloom:seen.bf``)
-    made relative to ``base`` (a config file's directory); server URLs and ``memory:``
-    are left alone."""
-    backend, sep, rest = spec.partition(":")
-    if base is None or not sep or not rest or rest.startswith(("//", "?")):
-        return spec
-    location, mark, query = rest.partition("?")
-    if os.path.isabs(location) or location.startswith("~"):
-        return spec
-    return f"{backend}:{os.path.join(base, location)}{mark}{query}"
-
-
-def cast_param(kind: type, key: str, value: str, spec: str, *, what: str = "store spec") -> Any:
-    """A spec's ``key=value`` parameter as ``kind`` (bool, int, float or str), or a
-    :class:`ConfigError` naming the spec (``what``: the kind of spec, for the message)."""
-    try:
-        if kind is bool:
-            lowered = value.lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-        if kind is int:
-            return int(float(value)) if "e" in value.lower() else int(value.replace("_", ""))
-        return kind(value)
-    except ValueError:
-        raise ConfigError(
-            f"{what} {spec!r}: parameter {key}={value!r} is not a valid {kind.__name__}"
-        ) from None
-
-
-def cast_params(
-    pairs: Iterable[tuple[str, str]],
-    allowed: Mapping[str, type],
-    spec: str,
-    *,
-    what: str,
-    backend: str,
-) -> dict[str, Any]:
-    """Every ``key=value`` of a spec as its declared type; an undeclared key is a
-    :class:`ConfigError` listing the allowed ones."""
-    options: dict[str, Any] = {}
-    for key, value in pairs:
-        kind = allowed.get(key)
-        if kind is None:
-            raise ConfigError(
-                f"{what} {spec!r}: unknown parameter {key!r} for {backend} "
-                f"(allowed: {', '.join(sorted(allowed))})"
-            )
-        options[key] = cast_param(kind, key, value, spec, what=what)
-    return options
-
-
-Opener = Callable[..., SeenStore]
-
-
-@dataclass(frozen=True)
-class Backend:
-    """A registered backend: where its opener lives and the parameters it accepts.
-
-    The opener is called as ``opener(location, profile=Profile, **typed_params)``.
-    It is imported lazily, so that a backend's heavy dependencies load only when used.
-    """
-
-    target: str  # "module:function"
-    params: Mapping[str, type]
-    extra: str | None = None  # pip extra that provides its dependencies
-
-    def opener(self) -> Opener:
-        module_name, _, attr = self.target.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            hint = f" (pip install 'urlsieve[{self.extra}]')" if self.extra else ""
-            raise ConfigError(f"backend {module_name} cannot be loaded: {exc}{hint}") from exc
-        opener: Opener = getattr(module, attr)
-        return opener
-
-
 _SERVER_PARAMS: dict[str, type] = {
     "kind": str,
     "prefix": str,
@@ -249,48 +129,51 @@ _SERVER_PARAMS: dict[str, type] = {
 }
 
 #: Backends by spec prefix. Add one with :func:`register_backend`.
-BACKENDS: dict[str, Backend] = {
-    "memory": Backend("urlsieve.seen.memory:MemoryStore", {}),
-    "exact": Backend("urlsieve.seen.exact:ExactStore", {"capacity": int, "readonly": bool}),
-    "partitioned": Backend(
-        "urlsieve.seen.partitioned:PartitionedStore",
-        {"partitions": int, "capacity": int, "readonly": bool},
-    ),
-    "bloom": Backend(
-        "urlsieve.seen.bloom:BloomStore", {"capacity": int, "error": float, "readonly": bool}
-    ),
-    "bitmap": Backend(
-        "urlsieve.seen.bitmap:BitmapStore", {"signature": str, "width": int, "readonly": bool}
-    ),
-    "buckets": Backend(
-        "urlsieve.seen.buckets:BucketStore",
-        {"buckets": int, "width": int, "slots": int, "growth": float, "readonly": bool},
-    ),
-    "dsbf": Backend(
-        "urlsieve.seen.dsbf:DsbfStore",
-        {
-            "capacity": int,
-            "error": float,
-            "leaf_bits": int,
-            "fanout": int,
-            "ratio": float,
-            "readonly": bool,
-        },
-    ),
-    # Valkey/Redis, standalone or cluster (urlsieve.seen.valkey)
-    "valkey": Backend("urlsieve.seen.valkey:open_valkey", _SERVER_PARAMS, extra="valkey"),
-    "valkeys": Backend("urlsieve.seen.valkey:open_valkeys", _SERVER_PARAMS, extra="valkey"),
-    "redis": Backend("urlsieve.seen.valkey:open_redis", _SERVER_PARAMS, extra="valkey"),
-    "rediss": Backend("urlsieve.seen.valkey:open_rediss", _SERVER_PARAMS, extra="valkey"),
-    "unix": Backend(
-        "urlsieve.seen.valkey:open_unix", {**_SERVER_PARAMS, "db": int}, extra="valkey"
-    ),
-}
+BACKENDS: Registry[SeenStore] = Registry(
+    "store spec",
+    {
+        "memory": Backend("urlsieve.seen.memory:MemoryStore", {}),
+        "exact": Backend("urlsieve.seen.exact:ExactStore", {"capacity": int, "readonly": bool}),
+        "partitioned": Backend(
+            "urlsieve.seen.partitioned:PartitionedStore",
+            {"partitions": int, "capacity": int, "readonly": bool},
+        ),
+        "bloom": Backend(
+            "urlsieve.seen.bloom:BloomStore", {"capacity": int, "error": float, "readonly": bool}
+        ),
+        "bitmap": Backend(
+            "urlsieve.seen.bitmap:BitmapStore", {"signature": str, "width": int, "readonly": bool}
+        ),
+        "buckets": Backend(
+            "urlsieve.seen.buckets:BucketStore",
+            {"buckets": int, "width": int, "slots": int, "growth": float, "readonly": bool},
+        ),
+        "dsbf": Backend(
+            "urlsieve.seen.dsbf:DsbfStore",
+            {
+                "capacity": int,
+                "error": float,
+                "leaf_bits": int,
+                "fanout": int,
+                "ratio": float,
+                "readonly": bool,
+            },
+        ),
+        # Valkey/Redis, standalone or cluster (urlsieve.seen.valkey)
+        "valkey": Backend("urlsieve.seen.valkey:open_valkey", _SERVER_PARAMS, extra="valkey"),
+        "valkeys": Backend("urlsieve.seen.valkey:open_valkeys", _SERVER_PARAMS, extra="valkey"),
+        "redis": Backend("urlsieve.seen.valkey:open_redis", _SERVER_PARAMS, extra="valkey"),
+        "rediss": Backend("urlsieve.seen.valkey:open_rediss", _SERVER_PARAMS, extra="valkey"),
+        "unix": Backend(
+            "urlsieve.seen.valkey:open_unix", {**_SERVER_PARAMS, "db": int}, extra="valkey"
+        ),
+    },
+)
 
 
 def register_backend(name: str, backend: Backend) -> None:
     """Make ``name:`` specs open ``backend`` (also for third-party backends)."""
-    BACKENDS[name.lower()] = backend
+    BACKENDS.register(name, backend)
 
 
 def open_seen(spec: str, *, profile: Profile | None = None, **overrides: Any) -> SeenStore:
@@ -300,10 +183,7 @@ def open_seen(spec: str, *, profile: Profile | None = None, **overrides: Any) ->
     canonicalisation; keyword ``overrides`` win over spec parameters.
     """
     parsed = parse_spec(spec)
-    backend = BACKENDS.get(parsed.backend)
-    if backend is None:
-        known = ", ".join(sorted(BACKENDS))
-        raise ConfigError(f"unknown store backend {parsed.backend!r} in {spec!r} (known: {known})")
+    backend = BACKENDS.backend(parsed)
     kwargs: dict[str, Any] = {}
     for key, value in parsed.params.items():
         if key == "profile":
@@ -327,4 +207,5 @@ def open_seen(spec: str, *, profile: Profile | None = None, **overrides: Any) ->
             )
         kwargs[key] = cast_param(kind, key, value, spec)
     kwargs.update(overrides)
-    return backend.opener()(parsed.location, profile=profile or FILTER, **kwargs)
+    store: SeenStore = backend.opener()(parsed.location, profile=profile or FILTER, **kwargs)
+    return store

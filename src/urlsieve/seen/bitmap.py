@@ -58,8 +58,8 @@ from pathlib import Path
 
 from urlsieve.exceptions import ConfigError, StoreClosed, StoreCorrupt, StoreError, StoreReadOnly
 from urlsieve.fingerprint import SIGNATURES, SignatureKind, signature
-from urlsieve.seen._files import check_profile, fsync_dir, os_error, syncfs
 from urlsieve.seen.base import ClosingStore, StoreStats
+from urlsieve.store.files import check_profile, fsync_dir, os_error, syncfs
 from urlsieve.url import FILTER, Profile
 
 __all__ = ["BitmapStore", "false_positive_floor"]

@@ -42,9 +42,9 @@ from collections.abc import Mapping
 
 from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.fingerprint import canonical_bytes
-from urlsieve.seen._files import check_params, check_profile, pick
 from urlsieve.seen._wholefile import WholeFileStore
 from urlsieve.seen.base import StoreStats
+from urlsieve.store.files import check_params, check_profile, pick
 from urlsieve.url import FILTER, Profile
 
 __all__ = ["BucketStore", "ChainedHashTable", "ImprovedHashTable", "md5_digest"]

@@ -47,9 +47,9 @@ import xxhash
 
 from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.fingerprint import fingerprint128
-from urlsieve.seen._files import check_params, check_profile, pick
 from urlsieve.seen._wholefile import WholeFileStore
 from urlsieve.seen.base import StoreStats
+from urlsieve.store.files import check_params, check_profile, pick
 from urlsieve.url import FILTER, Profile
 
 __all__ = ["DSBF", "DsbfStore", "leaf_capacity"]

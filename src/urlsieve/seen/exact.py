@@ -41,7 +41,6 @@ import numpy.typing as npt
 from urlsieve._accel import speedups
 from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.fingerprint import fingerprint64, fingerprint_array64
-from urlsieve.seen._files import fsync_dir, os_error
 from urlsieve.seen._mapped import (
     HEADER_SIZE,
     U64,
@@ -53,6 +52,7 @@ from urlsieve.seen._mapped import (
     rank_in_groups,
 )
 from urlsieve.seen.base import StoreStats
+from urlsieve.store.files import fsync_dir, os_error
 from urlsieve.url import FILTER, Profile
 
 __all__ = ["ExactStore"]

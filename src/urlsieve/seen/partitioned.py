@@ -40,9 +40,9 @@ from urlsieve.exceptions import (
     StoreCorrupt,
     StoreReadOnly,
 )
-from urlsieve.seen._files import os_error
 from urlsieve.seen.base import ClosingStore, StoreStats
 from urlsieve.seen.exact import ExactStore
+from urlsieve.store.files import os_error
 from urlsieve.url import FILTER, Profile, canonicalize
 from urlsieve.url.expressions import _suffix_list
 

@@ -11,7 +11,7 @@ Kinds: ``exact`` (default; 64-bit fingerprints, ~8–11 B/URL), ``bloom`` (bits
 split over many keys) and ``dsbf`` (seed 003's dynamic splittable Bloom
 filter). A cluster is detected from the server (``INFO cluster``); the same
 spec works against a standalone server and a cluster. See each kind's module
-for its layout and guarantees, and :mod:`._client` for errors and retries.
+for its layout and guarantees, and :mod:`urlsieve.store.valkey.router` for errors and retries.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 from urlsieve.exceptions import ConfigError
-from urlsieve.seen.valkey._client import BatchInterrupted, Router
 from urlsieve.seen.valkey._store import ValkeyStore
 from urlsieve.seen.valkey.bloom import ValkeyBloomStore
 from urlsieve.seen.valkey.dsbf import ValkeyDsbfStore
 from urlsieve.seen.valkey.exact import ValkeyExactStore
+from urlsieve.store.valkey.router import BatchInterrupted, Router
 from urlsieve.url import FILTER, Profile
 
 __all__ = [

@@ -26,7 +26,7 @@ from urlsieve.exceptions import (
     StoreUnavailable,
 )
 from urlsieve.seen.base import ClosingStore, StoreStats
-from urlsieve.seen.valkey._client import BatchInterrupted, Cmd, Router
+from urlsieve.store.valkey.router import BatchInterrupted, Cmd, Router
 from urlsieve.url import Profile
 
 _PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,128}")

@@ -33,9 +33,9 @@ import numpy.typing as npt
 from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.fingerprint import fingerprint_array128
 from urlsieve.seen.base import StoreStats
-from urlsieve.seen.valkey._client import Cmd
-from urlsieve.seen.valkey._resp import constant
 from urlsieve.seen.valkey._store import Decoder, ValkeyStore, group_by
+from urlsieve.store.valkey.resp import constant
+from urlsieve.store.valkey.router import Cmd
 
 __all__ = ["ValkeyBloomStore", "bloom_size", "expected_false_positives", "hash_pairs", "positions"]
 

@@ -47,10 +47,10 @@ import numpy.typing as npt
 
 from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.seen.base import StoreStats
-from urlsieve.seen.valkey._client import Cmd
-from urlsieve.seen.valkey._resp import commands, constant
 from urlsieve.seen.valkey._store import ValkeyStore
 from urlsieve.seen.valkey.bloom import expected_false_positives, hash_pairs, positions
+from urlsieve.store.valkey.resp import commands, constant
+from urlsieve.store.valkey.router import Cmd
 
 _SET, _GET, _ONE = constant("SET", "u1"), constant("GET", "u1"), constant(1)
 

@@ -29,8 +29,8 @@ import numpy.typing as npt
 from urlsieve.exceptions import ConfigError
 from urlsieve.fingerprint import fingerprint_array64
 from urlsieve.seen.base import StoreStats
-from urlsieve.seen.valkey._client import Cmd, Script
 from urlsieve.seen.valkey._store import Decoder, ValkeyStore, flags_from_string, group_by
+from urlsieve.store.valkey.router import Cmd, Script
 
 __all__ = ["ValkeyExactStore"]
 

@@ -38,7 +38,8 @@ from valkey.cluster import ValkeyCluster
 from valkey.connection import parse_url
 
 from urlsieve.exceptions import ConfigError, StoreCorrupt, StoreError, StoreUnavailable
-from urlsieve.seen.valkey._resp import commands
+from urlsieve.store.valkey import call
+from urlsieve.store.valkey.resp import commands
 
 __all__ = ["BatchInterrupted", "Cmd", "Router", "Script"]
 
@@ -76,7 +77,7 @@ class Script:
     def calls(
         self, keys: Sequence[str], head: Sequence[Any], parts: Sequence[Any], sizes: Sequence[int]
     ) -> list[Cmd]:
-        """One call per key: ``head`` then its ``sizes[i]`` rows of ``parts`` (see ``_resp``)."""
+        """One call per key: ``head`` then its ``sizes[i]`` rows of ``parts`` (see ``resp``)."""
         heads = [("EVALSHA", self.sha, 1, key, *head) for key in keys]
         packed = commands(heads, parts, sizes)
         return [Cmd(key, ("EVALSHA",), self, p) for key, p in zip(keys, packed, strict=True)]
@@ -98,7 +99,7 @@ class Cmd:
     def many(
         cls, name: str, keys: Sequence[str], parts: Sequence[Any], sizes: Sequence[int]
     ) -> list[Cmd]:
-        """``name key <rows>`` per key, the integer rows encoded in bulk (see ``_resp``)."""
+        """``name key <rows>`` per key, the integer rows encoded in bulk (see ``resp``)."""
         packed = commands([(name, key) for key in keys], parts, sizes)
         return [cls(key, (name,), None, p) for key, p in zip(keys, packed, strict=True)]
 
@@ -220,14 +221,7 @@ class Router:
     # ------------------------------------------------------------------ sending
 
     def _call_boundary(self, fn: Any, what: str) -> Any:
-        try:
-            return fn()
-        except (vx.ConnectionError, vx.TimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"{what} on {self.where} failed: {exc}") from exc
-        except vx.ValkeyClusterException as exc:
-            raise StoreUnavailable(f"{what} on {self.where} failed: {exc}") from exc
-        except vx.ResponseError as exc:
-            raise StoreError(f"{what} on {self.where} refused: {exc}") from exc
+        return call(fn, where=self.where, doing=what)
 
     def execute(self, cmds: Sequence[Cmd], *, idempotent: bool) -> list[Any]:
         """Run ``cmds`` (pipelined per node); the replies in order."""

@@ -1,10 +1,14 @@
-"""File plumbing of every file store (exact, bloom, bitmap, buckets, dsbf), in one place.
+"""File plumbing of every store on disk, in one place.
 
 OS errors are translated into the store exceptions here, at the boundary,
 with the path and what to do (:func:`os_error`); the original stays visible as
-``__cause__``. Directory syncs report their errors (:func:`fsync_dir`); profile
-and parameter checks (:func:`check_profile`, :func:`check_params`) word the
-refusal the same way for every store, so every store fails the same way.
+``__cause__``. Directory syncs report their errors (:func:`fsync_dir`), one atomic write
+serves every file that is replaced whole (:func:`write_atomic`: the data and the
+directory entry both synced), one-writer locks are :func:`writer_lock` and shared or
+exclusive locks of a lock file :func:`file_lock`; profile and parameter checks
+(:func:`check_profile`, :func:`check_params`) word the refusal the same way for every
+store, so every store fails the same way. Used by the seen stores, the snapshot writer, the
+learner's spool and overlay, and the near-duplicate index.
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import mmap
 import os
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,7 @@ from urlsieve.url import Profile
 __all__ = [
     "check_params",
     "check_profile",
+    "file_lock",
     "fsync_dir",
     "os_error",
     "pick",
@@ -135,17 +142,59 @@ def writer_lock(path: Path, kind: str) -> int:
     return fd
 
 
-def write_atomic(path: Path, blob: bytes) -> None:
-    """Replace ``path`` by ``blob`` so that a crash leaves the old or the new file, never half."""
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+Translate = Callable[[OSError, Path, str], Exception]
+
+
+def write_atomic(
+    path: str | os.PathLike[str],
+    data: bytes | bytearray | memoryview | mmap.mmap | str,
+    *,
+    mode: int = 0o644,
+    translate: Translate | None = None,
+) -> None:
+    """Replace ``path`` by ``data`` so that a crash leaves the old or the new file, never
+    half, and the new one survives a power cut once this returns: a temporary file in the
+    same directory, its data synced, renamed over ``path``, the directory synced.
+
+    ``str`` data is written as UTF-8. ``mode`` is the new file's permission bits (0o644:
+    gateways often read as another user, Squid's). An ``OSError`` becomes
+    ``translate(exc, path, "writing")`` (default :func:`os_error`: a store error naming
+    the path and the fix); the temporary file never stays behind.
+    """
+    target = Path(path)
+    blob = data.encode("utf-8") if isinstance(data, str) else data
+    convert = translate or os_error
+    tmp: str | None = None
     try:
-        with open(tmp, "wb") as fh:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(fd, "wb") as fh:
             fh.write(blob)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+        tmp = None
+        fsync_dir(target.parent)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise os_error(exc, path, "writing") from exc
+        raise convert(exc, target, "writing") from exc
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike[str], *, shared: bool = False) -> Iterator[int]:
+    """Hold an ``flock`` on the lock file ``path`` (created when missing) for the
+    ``with`` block: exclusive by default, ``shared=True`` for readers. It waits for the
+    holder; the lock goes with the process, so a crash never leaves it taken."""
+    where = Path(path)
+    try:
+        fd = os.open(where, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise os_error(exc, where, "locking") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)  # closing the last fd of the file releases the flock
