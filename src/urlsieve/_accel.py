@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 __all__ = ["COMPILED_PATHS", "Acceleration", "report", "slow_path_message", "speedups"]
 
@@ -57,25 +58,31 @@ _FIX_STALE = (
     "--force-reinstall --no-deps ., or pip install -e . for an editable install)"
 )
 
-speedups: ModuleType | None = None
-#: without the extension: why, and what fixes it
-_why_not: str | None = None
-_fix_not: str | None = None
-if os.environ.get("URLSIEVE_PURE_PYTHON"):
-    _why_not, _fix_not = "turned off by URLSIEVE_PURE_PYTHON", "unset URLSIEVE_PURE_PYTHON"
-else:
+
+def _load() -> tuple[ModuleType | None, str | None, str | None]:
+    """The compiled module, or None with why and what fixes it."""
+    if os.environ.get("URLSIEVE_PURE_PYTHON"):
+        return None, "turned off by URLSIEVE_PURE_PYTHON", "unset URLSIEVE_PURE_PYTHON"
     try:
-        from urlsieve import _speedups as speedups
+        from urlsieve import _speedups
     except ImportError as exc:  # built without a C compiler: the references serve
-        speedups = None
-        _here = os.path.dirname(os.path.abspath(__file__))
+        here = os.path.dirname(os.path.abspath(__file__))
         if any(
-            n.startswith("_speedups.") and n.endswith((".so", ".pyd")) for n in os.listdir(_here)
+            n.startswith("_speedups.") and n.endswith((".so", ".pyd")) for n in os.listdir(here)
         ):
-            _why_not, _fix_not = f"cannot be loaded ({exc})", _FIX_STALE  # another Python's
-        else:
-            _why_not = "not built: the install had no C compiler or no Python headers"
-            _fix_not = _FIX_COMPILER
+            return None, f"cannot be loaded ({exc})", _FIX_STALE  # another Python's build
+        return None, "not built: the install had no C compiler or no Python headers", _FIX_COMPILER
+    return _speedups, None, None
+
+
+#: without the extension: why, and what fixes it
+_loaded, _why_not, _fix_not = _load()
+if TYPE_CHECKING:
+    # Typed by its stub (_speedups.pyi), so every call is checked against the signatures;
+    # at run time it may be None, and every caller checks.
+    from urlsieve import _speedups as speedups
+else:
+    speedups = _loaded
 
 
 @dataclass(frozen=True)
