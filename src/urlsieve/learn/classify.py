@@ -545,9 +545,7 @@ class PageScan:
             self._take(self._decoder.decode(b"", final=True))
             self._cut_segments(0)
         truncated = self._cut or not complete
-        found = {
-            term: _Counts(count, self._offsets[term]) for term, count in self._counts.items()
-        }
+        found = {term: _Counts(count, self._offsets[term]) for term, count in self._counts.items()}
         return classifier._score(found, self._charset, self._chars, truncated)
 
     def _start(self) -> None:

@@ -259,6 +259,7 @@ class _Decoder:
         self._zlib: zlib._Decompress | None = None
         self._brotli: Any = None
         self._first = True
+        self._rest = b""
         if encoding == "br":
             import brotli
 
@@ -272,9 +273,11 @@ class _Decoder:
         return zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
 
     def feed(self, data: bytes, room: int) -> bytes:
-        """Decode ``data``; at most ``room`` bytes come out (the caller stops when they do)."""
+        """Decode ``data``; at most ``room`` bytes come out. What is left of the input is
+        kept: :attr:`pending` says so, and ``feed(b"", room)`` goes on with it."""
         if self._brotli is not None:
             return self._feed_brotli(data, room)
+        data = self._rest + data if self._rest else data
         out = b""
         while data and len(out) < room:
             if self._zlib is None:
@@ -285,7 +288,15 @@ class _Decoder:
                 self._zlib = None if data else self._zlib
             else:
                 data = self._zlib.unconsumed_tail
+        self._rest = data
         return out
+
+    @property
+    def pending(self) -> bool:
+        """Whether input given is not decoded yet (output was capped)."""
+        if self._brotli is not None:
+            return not self._brotli.can_accept_more_data()
+        return bool(self._rest)
 
     def _feed_brotli(self, data: bytes, room: int) -> bytes:
         import brotli
@@ -600,25 +611,30 @@ class Crawler:
         size = waiting = 0
         try:
             while size < limit:
-                chunk = await response.content.read(_CHUNK)
-                if not chunk:
+                data = await response.content.read(_CHUNK)
+                if not data:
                     scan.complete = True
                     break
-                self.stats.bytes_read += len(chunk)
-                if decoder is not None:
-                    chunk = decoder.feed(chunk, limit - size)
-                if size <= cap:
-                    kept.append(chunk)
-                size += len(chunk)
-                if size > cap:
-                    if scan.scan is None and not pending:
-                        pending, waiting = list(kept), size  # the page is long: scan it all
-                    else:
-                        pending.append(chunk)
-                        waiting += len(chunk)
-                    if waiting >= _SCAN_FEED:  # the classifier's work, off the event loop
-                        await asyncio.to_thread(scan.feed, b"".join(pending))
-                        pending, waiting = [], 0
+                self.stats.bytes_read += len(data)
+                while True:  # a decoder's output is taken a megabyte at a time
+                    chunk = data
+                    if decoder is not None:
+                        chunk = decoder.feed(data, min(limit - size, _SCAN_FEED))
+                    data = b""
+                    if size <= cap:
+                        kept.append(chunk)
+                    size += len(chunk)
+                    if size > cap:
+                        if scan.scan is None and not pending:
+                            pending, waiting = list(kept), size  # the page is long: scan it
+                        else:
+                            pending.append(chunk)
+                            waiting += len(chunk)
+                        if waiting >= _SCAN_FEED:  # the classifier's work, off the event loop
+                            await asyncio.to_thread(scan.feed, b"".join(pending))
+                            pending, waiting = [], 0
+                    if decoder is None or not decoder.pending or size >= limit:
+                        break
         except (zlib.error, ValueError) as exc:
             raise _Stop("error", f"cannot decode Content-Encoding {coding}: {exc}") from None
         if size <= cap:
