@@ -206,10 +206,115 @@ class LearnAdmin:
         return [verdict_dict(v) for v in page]
 
     def find(self, url: str) -> Learned | None:
-        """The verdict for ``url``'s rule, else for its host; :class:`InvalidURL` for a URL
-        without a usable host."""
+        """The verdict for ``url``'s rule, else for its host, else the one the overlay
+        enforces on it as the gateway looks it up (a query variant of a learned page, a
+        page of a promoted host, the promoted host itself: a promoted host has no row of
+        its own, its verdict is read back from its provenance comment in the learned
+        tree); :class:`InvalidURL` for a URL without a usable host."""
         key, host = rule_key(check_url(url))
-        return self.store.get(key) or self.store.get(host)
+        return self.store.get(key) or self.store.get(host) or self._enforced(url)
+
+    def _enforced(self, url: str) -> Learned | None:
+        from urlsieve.filter import Filter
+        from urlsieve.layered import learned_evidence, learned_form
+
+        overlay = self.settings.overlay
+        if not overlay.exists():
+            return None
+        target = url if "://" in url else f"http://{url}/" if "/" not in url else f"http://{url}"
+        flt = Filter.load(overlay)
+        try:
+            rule = flt.check(learned_form(target)).rule
+        except InvalidURL:
+            return None
+        finally:
+            flt.close()
+        if rule is None:
+            return None
+        pattern = rule.pattern
+        key = pattern[1:-1] if pattern.startswith("=") and pattern.endswith("|") else pattern
+        stored = self.store.get(key)
+        if stored is not None:
+            return stored
+        evidence = learned_evidence(rule) or ""
+        score = re.search(r"\bscore=(-?\d+)", evidence)
+        return Learned(
+            key=key,
+            host=rule.host,
+            action=rule.action,
+            category=rule.category,
+            source="learned",
+            score=int(score.group(1)) if score else 0,
+            url=url,
+            note=f"{evidence} (rule {rule.where})",
+        )
+
+    def promoted(self) -> builtins.list[Learned]:
+        """The hosts the overlay blocks or allows whole without a row of their own (promoted
+        by the learner), read back from the learned tree."""
+        from urlsieve.filter import Filter
+        from urlsieve.layered import learned_evidence
+
+        overlay = self.settings.overlay
+        if not overlay.exists():
+            return []
+        flt = Filter.load(overlay)
+        try:
+            hosts = [r for r in flt.rules if "/" not in r.pattern and "=" not in r.pattern]
+        finally:
+            flt.close()
+        out = []
+        for rule in sorted(hosts, key=lambda r: r.pattern):
+            if self.store.get(rule.pattern) is not None:
+                continue  # an operator's host override: listed with the verdicts
+            evidence = learned_evidence(rule) or ""
+            score = re.search(r"\bscore=(-?\d+)", evidence)
+            out.append(
+                Learned(
+                    key=rule.pattern,
+                    host=rule.host,
+                    action=rule.action,
+                    category=rule.category,
+                    source="promoted",
+                    score=int(score.group(1)) if score else 0,
+                    note=evidence,
+                )
+            )
+        return out
+
+    def refusal(self, url: str) -> str | None:
+        """Why the crawler would not fetch ``url`` (its address or port, naming the setting
+        that would allow it), or None: the guard's checks as the crawler makes them."""
+        import asyncio
+
+        from urlsieve.learn.crawl import CrawlSettings
+        from urlsieve.learn.guard import AddressRefused, Guard, GuardedResolver
+        from urlsieve.url import parse_url
+
+        crawl = CrawlSettings(**self.settings.crawl)
+        try:
+            parsed = parse_url(url if "://" in url else f"http://{url}/")
+        except InvalidURL as exc:
+            return f"not a URL the crawler reads: {exc.reason}"
+        guard = Guard(crawl.allow_networks, crawl.ports)
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        literal = guard.literal(parsed.host)
+        if literal is not None:
+            return guard.check_host(parsed.host) or guard.check_port(parsed.host, port, [literal])
+
+        async def resolve() -> str | None:
+            resolver = GuardedResolver(guard, hosts=crawl.hosts)
+            try:
+                await resolver.resolve(parsed.host, port)
+            except AddressRefused as exc:
+                return exc.reason
+            except OSError:
+                return None  # no address: the crawler says so when it tries
+            finally:
+                await resolver.close()
+            return None
+
+        return asyncio.run(resolve())
 
     def show(self, url: str) -> dict[str, Any] | None:
         found = self.find(url)

@@ -121,6 +121,9 @@ class LearnStats:
     queue_errors: int = 0
     spool_errors: int = 0
     stale: int = 0  # pages whose job another learner had finished first
+    #: URLs not fetched because the guard refused their address or port, by the setting
+    #: that would allow them (``learn.crawl.allow_networks``, ``learn.crawl.ports``).
+    refused: Counter[str] = field(default_factory=Counter)
     second_looks: int = 0  # clean pages fetched again as the second identity
     cloaked: int = 0  # ... that were dirty that way (cloaking)
     overlay_builds: int = 0
@@ -157,6 +160,11 @@ class LearnStats:
         out += [
             "# TYPE urlsieve_learn_queue_errors_total counter",
             f"urlsieve_learn_queue_errors_total {self.queue_errors}",
+            "# TYPE urlsieve_learn_refused_total counter",
+            *(
+                f'urlsieve_learn_refused_total{{setting="{_label(k)}"}} {v}'
+                for k, v in self.refused.items()
+            ),
             "# TYPE urlsieve_learn_second_looks_total counter",
             f"urlsieve_learn_second_looks_total {self.second_looks}",
             "# TYPE urlsieve_learn_cloaked_total counter",
@@ -254,6 +262,14 @@ def too_large_verdicts(
             )
         )
     return out
+
+
+def _setting_of(reason: str) -> str:
+    """The setting a refusal's reason names (the one that would allow the fetch)."""
+    for setting in ("learn.crawl.ports", "learn.crawl.allow_networks"):
+        if setting in reason:
+            return setting
+    return "other"
 
 
 def _job_of(page: Page) -> Job:
@@ -501,6 +517,7 @@ class Learner:
                     retry.append(job)
                 else:
                     if fetched.outcome == "refused":  # the reason names the setting to change
+                        self.stats.refused[_setting_of(fetched.reason)] += 1
                         self.log(f"not fetched {job.url[:200]!r}: {fetched.reason}")
                     kept.append(job)
         try:
