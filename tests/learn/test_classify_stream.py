@@ -144,6 +144,6 @@ def test_memory_is_bounded_by_the_segment() -> None:
     for _ in range(64):  # 4 MB
         scan.feed(chunk)
         assert sum(map(len, scan._text)) <= 2 * len(chunk) + (1 << 16)
-        assert len(scan._head) <= (1 << 16) + len(chunk)
+        assert scan._head_size <= (1 << 16) + len(chunk)
     scan.feed(b"<p>online casino jackpot roulette</p>")
     assert scan.finish().blocked

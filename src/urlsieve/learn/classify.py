@@ -503,7 +503,8 @@ class PageScan:
     def __init__(self, classifier: Classifier, content_type: str | None) -> None:
         self._classifier = classifier
         self._content_type = content_type
-        self._head = bytearray()  # the bytes before the charset is chosen
+        self._head: list[bytes] = []  # the bytes before the charset is chosen
+        self._head_size = 0
         self._decoder: codecs.IncrementalDecoder | None = None
         self._charset = ""
         self._html = False
@@ -526,8 +527,9 @@ class PageScan:
             return
         self._fed += len(data)
         if self._decoder is None:
-            self._head += data
-            if len(self._head) > self._classifier.max_bytes:
+            self._head.append(data)
+            self._head_size += len(data)
+            if self._head_size > self._classifier.max_bytes:
                 self._start()
             return
         self._take(self._decoder.decode(data))
@@ -536,7 +538,7 @@ class PageScan:
         """The classification of what was fed (``complete=False``: the body went on)."""
         classifier = self._classifier
         if self._decoder is None:  # a body of ordinary length: one piece
-            head = bytes(self._head)
+            head = b"".join(self._head)
             text, self._charset = decode(head, self._content_type)
             self._html = is_html(self._content_type, head)
             self._take(text)
@@ -549,8 +551,8 @@ class PageScan:
         return classifier._score(found, self._charset, self._chars, truncated)
 
     def _start(self) -> None:
-        head = bytes(self._head)
-        self._head = bytearray()
+        head = b"".join(self._head)
+        self._head, self._head_size = [], 0
         self._html = is_html(self._content_type, head)
         charset, bom = stream_charset(head[: self._classifier.max_bytes], self._content_type)
         try:
@@ -578,13 +580,14 @@ class PageScan:
                 cut = text.rfind(mark, size // 2, size) + 1 or size
             self._text = [text[cut:]] if cut < len(text) else []
             self._text_chars = len(text) - cut
-            self._segment(text[:cut])
+            self._segment(text[:cut], last=not keep and not self._text)
 
-    def _segment(self, text: str) -> None:
+    def _segment(self, text: str, *, last: bool = False) -> None:
         classifier = self._classifier
         if self._html:
             opener = self._opener
-            self._opener = _open_raw(opener, text)
+            if not last:  # what the next segment starts inside of
+                self._opener = _open_raw(opener, text)
             text = html_text(opener + text)
         if len(text) > classifier.max_chars:
             text, self._cut = text[: classifier.max_chars], True
@@ -606,7 +609,7 @@ class PageScan:
             counts: dict[int, int] = {}
             offsets: dict[int, list[int]] = {}
             classifier._count(data, len(self._tail), counts, offsets)
-            to_chars = _char_offsets(data, offsets.values(), True)
+            to_chars = _char_offsets(data, offsets.values(), not data.isascii())
             for term, count in counts.items():
                 self._counts[term] = self._counts.get(term, 0) + count
                 kept = self._offsets.setdefault(term, [])
