@@ -273,6 +273,8 @@ class Origin:
     hits: list[str] = field(default_factory=list)
     #: ``(User-Agent, host+path)`` of every request, in order.
     agents: list[tuple[str, str]] = field(default_factory=list)
+    #: The request headers of every request, in order (names lower-cased).
+    headers: list[dict[str, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def fetched(self, path: str) -> int:
@@ -298,6 +300,7 @@ def origin_server(
             with origin.lock:
                 origin.hits.append(f"{host}{self.path}")
                 origin.agents.append((self.headers.get("User-Agent") or "", f"{host}{self.path}"))
+                origin.headers.append({k.lower(): v for k, v in self.headers.items()})
             path = self.path.split("?", 1)[0]
             route = table.get(f"{host}{path}") or table.get(path)
             if route is None:

@@ -376,6 +376,9 @@ def test_the_crawler_fetches_as_a_browser_and_matches_robots_by_its_own_name() -
         assert [r.outcome for r in results] == ["robots", "page"]  # robots.txt still binds it
         agents = {agent for agent, where in origin.agents if not where.endswith("robots.txt")}
         assert agents == {BROWSER_USER_AGENT}
+        sent = origin.headers[-1]
+        assert sent["accept"].startswith("text/html,application/xhtml+xml")
+        assert sent["accept-language"] == "en-US,en;q=0.9"
 
         async def second() -> Fetched:
             async with Crawler(_settings()) as crawler:
@@ -383,6 +386,7 @@ def test_the_crawler_fetches_as_a_browser_and_matches_robots_by_its_own_name() -
 
         assert asyncio.run(second()).outcome == "page"
         assert origin.agents[-1] == ("other-id/1", "casino.test/zh/gbk-header.html")
+        assert "accept-language" not in origin.headers[-1]  # the crawler's own identity
 
 
 def test_a_long_page_is_scanned_to_scan_bytes_with_bounded_memory() -> None:

@@ -359,6 +359,10 @@ class Crawler:
         self._robots_pending: dict[tuple[str, str, int], asyncio.Task[_Robots]] = {}
         self._crawl_delays: dict[str, float] = {}  # host -> robots.txt Crawl-delay (capped)
         self._encodings = "gzip, deflate, br" if _brotli_capped() else "gzip, deflate"
+        #: The headers of the crawler's identity (a browser's by default).
+        self._identity = {"User-Agent": settings.user_agent, "Accept": settings.accept}
+        if settings.accept_language:
+            self._identity["Accept-Language"] = settings.accept_language
 
     async def __aenter__(self) -> Crawler:
         resolver = GuardedResolver(self.guard, hosts=self.settings.hosts)
@@ -370,16 +374,7 @@ class Crawler:
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,  # a proxy would resolve the target itself, past the guard
             auto_decompress=False,  # decoded here, under the byte cap
-            headers={
-                "User-Agent": self.settings.user_agent,
-                "Accept": self.settings.accept,
-                "Accept-Encoding": self._encodings,
-                **(
-                    {"Accept-Language": self.settings.accept_language}
-                    if self.settings.accept_language
-                    else {}
-                ),
-            },
+            headers={"Accept-Encoding": self._encodings},
         )
         self._semaphore = asyncio.Semaphore(self.settings.concurrency)
         return self
@@ -406,9 +401,9 @@ class Crawler:
         Accept header, no Accept-Language) instead of the settings' one."""
         if self._session is None:
             raise RuntimeError("use the crawler inside 'async with Crawler(...)'")
-        headers = None
+        headers = self._identity
         if user_agent is not None:
-            headers = {"User-Agent": user_agent, "Accept": _ACCEPT, "Accept-Language": ""}
+            headers = {"User-Agent": user_agent, "Accept": _ACCEPT}
         try:
             result = await self._fetch(url, queued_at, headers)
         except _Stop as stop:
@@ -420,9 +415,7 @@ class Crawler:
         self.stats.outcomes[result.outcome] = self.stats.outcomes.get(result.outcome, 0) + 1
         return result
 
-    async def _fetch(
-        self, url: str, queued_at: float | None, headers: dict[str, str] | None
-    ) -> Fetched:
+    async def _fetch(self, url: str, queued_at: float | None, headers: dict[str, str]) -> Fetched:
         target = _target(url)
         hops = [url]
         seen = {target.url}
@@ -484,7 +477,7 @@ class Crawler:
         start: str,
         hops: list[str],
         queued_at: float | None,
-        headers: dict[str, str] | None,
+        headers: dict[str, str],
     ) -> tuple[Page, Classification | None] | str:
         """Request one URL: a Page (and its scan), or the Location of a redirect."""
         self._admit(target)
@@ -499,7 +492,7 @@ class Crawler:
         start: str,
         hops: list[str],
         queued_at: float | None,
-        headers: dict[str, str] | None,
+        headers: dict[str, str],
     ) -> tuple[Page, Classification | None] | str:
         assert self._session is not None and self._semaphore is not None
         async with self._semaphore:
@@ -770,7 +763,9 @@ class Crawler:
                 async with asyncio.timeout(self.settings.timeout):
                     self.stats.requests += 1
                     async with self._session.get(
-                        YURL(target.url, encoded=True), allow_redirects=False
+                        YURL(target.url, encoded=True),
+                        allow_redirects=False,
+                        headers=self._identity,
                     ) as response:
                         location = response.headers.get("Location")
                         body = b""
