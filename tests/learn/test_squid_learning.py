@@ -263,7 +263,9 @@ def test_cloaking_and_padding_do_not_get_through_squid(
     assert "unclassifiable" in shown and "too-large" in shown, shown
 
 
-def test_a_private_address_is_never_fetched(learning: Learning) -> None:
+def test_a_private_address_is_never_fetched(
+    learning: Learning, capsys: pytest.CaptureFixture[str]
+) -> None:
     gw = learning
     queue = open_queue(f"sqlite:{gw.state / 'queue.db'}")
     try:
@@ -279,3 +281,13 @@ def test_a_private_address_is_never_fetched(learning: Learning) -> None:
         time.sleep(0.2)
     else:
         raise AssertionError(f"not refused: {text}\n{gw.learner_log()[-2000:]}")
+    # Why, and the setting that would allow it: in `learn stats` and in `learn show`.
+    assert 'urlsieve_learn_refused_total{setting="learn.crawl.allow_networks"} 2' in text
+    capsys.readouterr()
+    assert main(["learn", "--config", str(gw.config), "stats"]) == 0
+    assert "the setting that would allow them: learn.crawl.allow_networks" in (
+        capsys.readouterr().out
+    )
+    assert main(["learn", "--config", str(gw.config), "show", "http://10.1.2.3/x"]) == 1
+    shown = capsys.readouterr().out
+    assert "the crawler does not fetch it" in shown and "learn.crawl.allow_networks" in shown
