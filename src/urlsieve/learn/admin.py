@@ -18,6 +18,7 @@ use raises :class:`LearnError`.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import itertools
 import re
 import threading
@@ -28,7 +29,7 @@ from urlsieve.exceptions import InvalidURL, RuleSyntaxError
 from urlsieve.learn.config import LearnSettings, read_learn_settings
 from urlsieve.learn.overlay import build_overlay, rule_line
 from urlsieve.learn.verdicts import SOURCES, Learned, open_verdicts, rule_key
-from urlsieve.rules.model import parse_rule
+from urlsieve.rules.model import Rule, parse_rule
 
 __all__ = [
     "ALLOW_CATEGORY",
@@ -164,6 +165,24 @@ def verdict_dict(verdict: Learned) -> dict[str, Any]:
     }
 
 
+def _rule_verdict(rule: Rule, key: str, source: str) -> Learned:
+    """A verdict read back from an overlay rule and the provenance comment above it in the
+    learned tree (for what has no row of its own: a promoted host)."""
+    from urlsieve.layered import learned_evidence
+
+    evidence = learned_evidence(rule) or ""
+    score = re.search(r"\bscore=(-?\d+)", evidence)
+    return Learned(
+        key=key,
+        host=rule.host,
+        action=rule.action,
+        category=rule.category,
+        source=source,
+        score=int(score.group(1)) if score else 0,
+        note=evidence,
+    )
+
+
 class LearnAdmin:
     """The learned verdicts of one gateway, for review and override (see the module)."""
 
@@ -216,7 +235,7 @@ class LearnAdmin:
 
     def _enforced(self, url: str) -> Learned | None:
         from urlsieve.filter import Filter
-        from urlsieve.layered import learned_evidence, learned_form
+        from urlsieve.layered import learned_form
 
         overlay = self.settings.overlay
         if not overlay.exists():
@@ -236,24 +255,13 @@ class LearnAdmin:
         stored = self.store.get(key)
         if stored is not None:
             return stored
-        evidence = learned_evidence(rule) or ""
-        score = re.search(r"\bscore=(-?\d+)", evidence)
-        return Learned(
-            key=key,
-            host=rule.host,
-            action=rule.action,
-            category=rule.category,
-            source="learned",
-            score=int(score.group(1)) if score else 0,
-            url=url,
-            note=f"{evidence} (rule {rule.where})",
-        )
+        found = _rule_verdict(rule, key, "learned")
+        return dataclasses.replace(found, url=url, note=f"{found.note} (rule {rule.where})")
 
     def promoted(self) -> builtins.list[Learned]:
         """The hosts the overlay blocks or allows whole without a row of their own (promoted
         by the learner), read back from the learned tree."""
         from urlsieve.filter import Filter
-        from urlsieve.layered import learned_evidence
 
         overlay = self.settings.overlay
         if not overlay.exists():
@@ -263,24 +271,12 @@ class LearnAdmin:
             hosts = [r for r in flt.rules if "/" not in r.pattern and "=" not in r.pattern]
         finally:
             flt.close()
-        out = []
-        for rule in sorted(hosts, key=lambda r: r.pattern):
-            if self.store.get(rule.pattern) is not None:
-                continue  # an operator's host override: listed with the verdicts
-            evidence = learned_evidence(rule) or ""
-            score = re.search(r"\bscore=(-?\d+)", evidence)
-            out.append(
-                Learned(
-                    key=rule.pattern,
-                    host=rule.host,
-                    action=rule.action,
-                    category=rule.category,
-                    source="promoted",
-                    score=int(score.group(1)) if score else 0,
-                    note=evidence,
-                )
-            )
-        return out
+        return [
+            _rule_verdict(rule, rule.pattern, "promoted")
+            for rule in sorted(hosts, key=lambda r: r.pattern)
+            # an operator's host override is listed with the verdicts
+            if self.store.get(rule.pattern) is None
+        ]
 
     def refusal(self, url: str) -> str | None:
         """Why the crawler would not fetch ``url`` (its address or port, naming the setting
