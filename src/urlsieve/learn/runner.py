@@ -460,7 +460,7 @@ class Learner:
         if not other:
             return first
         seen = await asyncio.to_thread(self._judge, first)
-        if seen.blocked:
+        if seen.blocked or seen.truncated:  # dirty, or unclassifiable (too-large) anyway
             return first
         second = await crawler.fetch(job.url, queued_at=job.first_seen, user_agent=other)
         self.stats.second_looks += 1
