@@ -223,12 +223,15 @@ def test_unknown_pages_are_learned_and_enforced_through_squid(learning: Learning
     assert not any(h.startswith(BLOCKED_HOST) for h in hits)
     learned = (gw.state / "learned" / "allow" / "clean" / "urls").read_text("utf-8")
     assert "clean.test/en/clean.html" in learned
-    assert hits.count("huge.test/huge.html") == 1 + client_fetches  # fetched once, capped
+    crawler = (BROWSER_USER_AGENT, CRAWLER_USER_AGENT)
+    by_crawler = [where for agent, where in gw.origin.agents if agent in crawler]
+    # The huge page is dirty at its start: the crawler fetched it once (read to scan_bytes,
+    # classified as read); a client's requests pass through Squid until the verdict lands.
+    assert by_crawler.count("huge.test/huge.html") == 1, by_crawler
     # What the crawler cannot read (robots.txt, not HTML, too slow) is unclassifiable, and
     # blocked as such: hiding from the crawler does not keep a page reachable (issue 30).
     for url in (robots, binary, slow):
         assert wait_for(gw, url, "unclassifiable") < 30
-    crawler = (BROWSER_USER_AGENT, CRAWLER_USER_AGENT)
     crawled = [where for agent, where in gw.origin.agents if agent in crawler]
     assert "dirty.test/en/casino.html" in crawled
     assert "robots.test/private/casino.html" not in crawled  # robots.txt is honoured
