@@ -29,7 +29,11 @@ What a fetch does, in order:
 6. Only ``content_types`` are read (others are ``not-html``, their body unread);
    ``gzip``, ``deflate`` and ``br`` are decoded here, with the byte cap applied to the
    decoded bytes as they are produced (a gzip bomb costs ``max_bytes``, not its
-   expansion); the rest of a body past ``max_bytes`` is not read (``Page.truncated``).
+   expansion); the rest of a body past ``max_bytes`` is not read (``Page.truncated``) —
+   unless the crawler has a scanner: then it is read on, up to ``scan_bytes``, and
+   classified as it comes (``Fetched.scan``; bounded memory, the first ``max_bytes`` kept).
+7. It fetches as a browser (``user_agent``, ``accept``, ``accept_language``); ``fetch(url,
+   user_agent=…)`` fetches as another identity (the learner's second look, cloaking).
    ``timeout`` bounds each hop (connect, headers and body) and each robots.txt fetch.
 """
 
