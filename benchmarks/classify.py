@@ -10,6 +10,19 @@ list phrases sprinkled in; UTF-8, GBK and Big5 bodies. One process, one core.
 Run: ``.venv/bin/python -m benchmarks.classify [--runs 7] [--pages 12]``. Prints the
 median MB/s, by the wall clock and by the process's CPU time (the steadier figure on a
 machine shared with other work), and where the CPU time goes per step; writes nothing.
+
+``--e2guardian`` (needs Debian's ``e2guardian``) adds, in the same run, a real E2Guardian
+5.3 on loopback (the oracle fixture of ``tests/learn``):
+
+* **evasion pages** (``tests/learn/test_evasion.py``: zero-width characters, look-alike
+  letters, letter-spaced, dotted, dashed, all three) with the tests' phrase lists: E2Guardian's
+  score of each page as served, E2Guardian's score of urlsieve's *normalised* text of it
+  (served as a page), and urlsieve's score — urlsieve must score the normalised text as
+  E2Guardian does;
+* **throughput beside E2Guardian's** on the same pages with the same lists (the ukenglish
+  weighted, banned and exception lists, no Chinese lexicon for either): the pages fetched
+  one at a time through E2Guardian and directly from the same loopback origin; E2Guardian's
+  MB/s end to end, and its content check's share (through it minus direct).
 """
 
 from __future__ import annotations
@@ -23,6 +36,8 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from urlsieve.learn.classify import Classifier
@@ -165,16 +180,124 @@ def _steps(classifier: Classifier, bodies: list[tuple[bytes, str]]) -> dict[str,
     return spent
 
 
+def _e2g_score(log: str, path: str) -> int | None:
+    """E2Guardian's naughtiness score of the request for ``path`` (its access log's field
+    after the reason; 0 for a page it let through)."""
+    for line in reversed(log.splitlines()):
+        fields = line.split("\t")
+        if len(fields) > 16 and fields[5].endswith(path):
+            return int(fields[16]) if fields[16].lstrip("-").isdigit() else 0
+    return None
+
+
+def _fetch(opener: urllib.request.OpenerDirector, url: str) -> bytes:
+    try:
+        with opener.open(url, timeout=60) as response:
+            data: bytes = response.read()
+    except urllib.error.HTTPError as exc:
+        data = exc.read()
+    return data
+
+
+def _evasions(tmp: Path) -> None:
+    from tests.learn.e2guardian import e2guardian_proxy
+    from tests.learn.origin import PHRASES, Route, origin_server
+    from tests.learn.test_evasion import EVASIONS, PLAIN, _page
+
+    classifier = Classifier(
+        PhraseSet.load(
+            weighted=[PHRASES / "weightedphraselist"],
+            banned=[PHRASES / "bannedphraselist"],
+            exception=[PHRASES / "exceptionphraselist"],
+        )
+    )
+    html = (("Content-Type", "text/html; charset=utf-8"),)
+    pages = {"plain": _page(PLAIN), **{n: _page(f(PLAIN)) for n, f in EVASIONS.items()}}
+    routes = {}
+    for name, body in pages.items():
+        routes[f"/{name}.html"] = Route(200, html, body, None)
+        normalised = classifier.join_spaced(normalise(html_text(decode(body, html[0][1])[0])))
+        routes[f"/{name}-normalised.html"] = Route(200, html, _page(normalised), None)
+    with origin_server(routes) as origin, e2guardian_proxy(PHRASES, limit=50) as proxy:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy.proxy}))
+        for path in routes:
+            _fetch(opener, f"http://127.0.0.1:{origin.port}{path}")
+        time.sleep(2.0)  # the access log is written asynchronously
+        log = proxy.log()
+    print("evasion pages (tests' lists, limit 50): E2Guardian as served | E2Guardian on")
+    print("urlsieve's normalised text | urlsieve")
+    agree = 0
+    for name, body in pages.items():
+        served = _e2g_score(log, f"/{name}.html")
+        on_normalised = _e2g_score(log, f"/{name}-normalised.html")
+        ours = classifier.classify_body(body, html[0][1]).score
+        agree += ours == on_normalised
+        print(f"  {name:14} {served!s:>5} | {on_normalised!s:>5} | {ours:>5}")
+    print(f"  urlsieve = E2Guardian on the normalised text: {agree} of {len(pages)} pages")
+
+
+def _beside_e2guardian(bodies: list[tuple[bytes, str]], runs: int, tmp: Path) -> None:
+    from tests.learn.e2guardian import e2guardian_proxy
+    from tests.learn.origin import Route, origin_server
+
+    english = DATA / "ukenglish"
+    lists = tmp / "e2g-lists"
+    lists.mkdir()
+    files = {}
+    for kind in ("weighted", "banned", "exception"):
+        found = sorted(p for p in english.rglob(f"{kind}*") if p.is_file())
+        files[kind] = found
+        (lists / f"{kind}phraselist").write_text(
+            "".join(f".Include<{p}>\n" for p in found), encoding="utf-8"
+        )
+    classifier = Classifier(
+        PhraseSet.load(
+            weighted=files["weighted"], banned=files["banned"], exception=files["exception"]
+        )
+    )
+    routes = {
+        f"/p{n}.html": Route(200, (("Content-Type", ctype),), body, None)
+        for n, (body, ctype) in enumerate(bodies)
+    }
+    megabytes = sum(len(body) for body, _ in bodies) / 1e6
+    with origin_server(routes) as origin, e2guardian_proxy(lists, limit=50) as proxy:
+        through = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy.proxy}))
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        urls = [f"http://127.0.0.1:{origin.port}{path}" for path in routes]
+        rows: dict[str, list[float]] = {"e2guardian": [], "direct": [], "urlsieve": []}
+        for _ in range(runs):
+            for label, opener in (("e2guardian", through), ("direct", direct)):
+                started = time.perf_counter()
+                for url in urls:
+                    _fetch(opener, url)
+                rows[label].append(time.perf_counter() - started)
+            rows["urlsieve"].append(_run(classifier, bodies)[0])
+    e2g, plain, ours = (statistics.median(rows[k]) for k in ("e2guardian", "direct", "urlsieve"))
+    print(f"beside E2Guardian (ukenglish lists for both, {len(bodies)} pages, {megabytes:.1f} MB,")
+    print(f"median of {runs} runs, wall clock, pages one at a time):")
+    print(f"  urlsieve classify_body:              {megabytes / ours:7.1f} MB/s")
+    print(f"  E2Guardian, fetched through it:      {megabytes / e2g:7.1f} MB/s end to end")
+    print(f"  the same pages fetched directly:     {megabytes / plain:7.1f} MB/s")
+    if e2g > plain:
+        print(f"  E2Guardian's share (through - direct): {megabytes / (e2g - plain):7.1f} MB/s")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--pages", type=int, default=12)
     parser.add_argument("--size", type=int, default=300_000, help="characters per page")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--e2guardian", action="store_true", help="also measure a real E2Guardian beside it"
+    )
     args = parser.parse_args(argv)
     if not DATA.is_dir():
         print(f"{DATA} is missing: this benchmark needs ../shared/data", file=sys.stderr)
         return 2
+    from benchmarks._common import build
+
+    print(f"build: {build()}")
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         phrases = PhraseSet.load(**_lists(Path(tmp)))  # type: ignore[arg-type]
@@ -209,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
             for step, seconds in spent.items()
         )
     )
+    if args.e2guardian:
+        with tempfile.TemporaryDirectory() as tmp:
+            _evasions(Path(tmp))
+            _beside_e2guardian(bodies, args.runs, Path(tmp))
     if args.profile:
         profile = cProfile.Profile()
         profile.enable()

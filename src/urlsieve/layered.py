@@ -33,7 +33,7 @@ from urlsieve.match.snapshot import CompiledImage
 from urlsieve.rules.model import Rule
 from urlsieve.url import CRAWLER, URL, canonicalize, parse_url
 
-__all__ = ["OVERLAY_IDS", "LayeredFilter", "learned_form"]
+__all__ = ["OVERLAY_IDS", "LayeredFilter", "learned_evidence", "learned_form"]
 
 #: Overlay rule ids start here (far above any base snapshot's rule count).
 OVERLAY_IDS = 1 << 48
@@ -93,6 +93,34 @@ def _plain_host(url: str) -> str | None:
 
 #: A host name the canonicaliser leaves as it is once lower-cased (last label not numeric).
 _PLAIN_HOST = re.compile(r"(?:[a-z0-9_-]+\.)*[a-z][a-z0-9_-]*")
+
+
+#: Longest provenance comment read back (the learner writes far shorter ones).
+_MAX_EVIDENCE = 4096
+
+
+def learned_evidence(rule: Rule) -> str | None:
+    """The provenance comment the learner wrote above ``rule`` in its learned list
+    (``learned block category=… score=… phrases=… note=…``: see
+    :meth:`urlsieve.learn.verdicts.Learned.provenance`), or None when there is none (a
+    rule made in code, a file gone or changed since)."""
+    if rule.source is None or rule.line is None or rule.line < 2:
+        return None
+    try:
+        with open(rule.source, encoding="utf-8", errors="replace") as fh:
+            previous = ""
+            for number, text in enumerate(fh, 1):
+                if number == rule.line:
+                    break
+                previous = text
+            else:
+                return None
+    except OSError:
+        return None
+    previous = previous.strip()
+    if not previous.startswith("#"):
+        return None
+    return previous.lstrip("# ")[:_MAX_EVIDENCE] or None
 
 
 class LayeredFilter(Filter):
@@ -221,4 +249,12 @@ class LayeredFilter(Filter):
             return explanation
         learned = self.overlay.explain(self._form(url))
         probes = [*explanation.probes, *(f"(learned) {p}" for p in learned.probes)]
-        return Explanation(explanation.url, explanation.canonical, learned.verdict, probes)
+        evidence = None if learned.rule is None else learned_evidence(learned.rule)
+        return Explanation(
+            explanation.url,
+            explanation.canonical,
+            learned.verdict,
+            probes,
+            explanation.matching,
+            evidence,
+        )

@@ -26,6 +26,7 @@ from tests.gateway.servers import serving
 from urlsieve.learn.phrases import PhraseSet
 
 __all__ = [
+    "ATTACK_PAGES",
     "BLOCKED_HOST",
     "PAGES",
     "PHRASES",
@@ -62,6 +63,12 @@ class Route:
     expect: str | None
     delay: float = 0.0
     what: str = ""
+    #: ``(User-Agent substring, body)``: what a client whose User-Agent holds the
+    #: substring is served instead (cloaking); the first that matches wins.
+    agents: tuple[tuple[str, bytes], ...] = ()
+
+    def body_for(self, agent: str) -> bytes:
+        return next((body for part, body in self.agents if part in agent), self.body)
 
 
 def _html(title: str, body: str, *, meta: str | None = None) -> str:
@@ -224,12 +231,50 @@ def _pages() -> dict[str, Route]:
 PAGES: dict[str, Route] = _pages()
 
 
+def _attack_pages() -> dict[str, Route]:
+    """Pages of a site that wants to stay reachable (issue 30): cloaking by User-Agent and
+    padding. ``expect`` as in :data:`PAGES` (``"unclassifiable"`` for a page too long to be
+    read whole)."""
+    html = (("Content-Type", "text/html; charset=utf-8"),)
+    dirty = _html("Casino", _CASINO_EN).encode()
+    clean = _html("Tomatoes", _CLEAN_EN).encode()
+    padding = "<p>" + "lorem ipsum dolor sit amet " * 40 + "</p>"  # 1,087 bytes
+
+    def padded(size: int) -> bytes:
+        return _html("Padded", padding * (size // len(padding)) + _CASINO_EN).encode()
+
+    return {
+        # The classic: crawlers (by their User-Agent) get a clean page, browsers the dirty one.
+        "/cloak/crawlers-see-clean.html": Route(
+            200, html, dirty, "gambling", what="cloaks for crawlers",
+            agents=(("urlsieve", clean), ("bot", clean), ("curl", clean)),
+        ),
+        # The reverse: browsers get the clean page, the crawler's own identity the dirty one
+        # (the second look finds it).
+        "/cloak/browsers-see-clean.html": Route(
+            200, html, clean, "gambling", what="cloaks for browsers",
+            agents=(("urlsieve-learn", dirty),),
+        ),
+        "/pad/2mb.html": Route(200, html, padded(2_000_000), "gambling", what="2 MB of padding"),
+        "/pad/2.1mb.html": Route(200, html, padded(2_100_000), "gambling", what="2.1 MB page"),
+        # Beyond the tests' scan_bytes (3 MB): never learned clean.
+        "/pad/beyond.html": Route(
+            200, html, padded(3_500_000), "unclassifiable", what="beyond scan_bytes"
+        ),
+    }  # fmt: skip
+
+
+ATTACK_PAGES: dict[str, Route] = _attack_pages()
+
+
 @dataclass
 class Origin:
     port: int
     hits: list[str] = field(default_factory=list)
     #: ``(User-Agent, host+path)`` of every request, in order.
     agents: list[tuple[str, str]] = field(default_factory=list)
+    #: The request headers of every request, in order (names lower-cased).
+    headers: list[dict[str, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def fetched(self, path: str) -> int:
@@ -255,19 +300,21 @@ def origin_server(
             with origin.lock:
                 origin.hits.append(f"{host}{self.path}")
                 origin.agents.append((self.headers.get("User-Agent") or "", f"{host}{self.path}"))
+                origin.headers.append({k.lower(): v for k, v in self.headers.items()})
             path = self.path.split("?", 1)[0]
             route = table.get(f"{host}{path}") or table.get(path)
             if route is None:
                 route = Route(404, (("Content-Type", "text/plain"),), b"not found\n", "-")
             if route.delay:
                 time.sleep(route.delay)
+            body = route.body_for(self.headers.get("User-Agent") or "")
             self.send_response(route.status)
             for name, value in route.headers:
                 self.send_header(name, value)
-            self.send_header("Content-Length", str(len(route.body)))
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             with contextlib.suppress(OSError):
-                self.wfile.write(route.body)
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: object) -> None:
             pass

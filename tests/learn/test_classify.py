@@ -46,15 +46,21 @@ def test_classify_page_uses_the_content_type(classifier: Classifier) -> None:
     assert (result.verdict, result.category, result.charset) == ("block", "gambling", "gb18030")
 
 
-def test_huge_page_is_classified_from_its_first_megabyte(classifier: Classifier) -> None:
+def test_a_huge_page_is_classified_over_all_of_it(classifier: Classifier) -> None:
+    """Issue 30 item 7: phrases after megabytes of padding are seen (in segments), up to
+    ``max_scan_bytes``; past it the result says ``truncated``."""
     route = PAGES["/huge.html"]
     assert len(route.body) > 4 * 1024 * 1024
     result = classifier.classify_body(route.body, "text/html; charset=utf-8")
-    assert result.truncated and result.chars <= 1024 * 1024
+    assert not result.truncated and result.chars > 4 * 1024 * 1024
     assert result.category == "gambling"
-    # Phrases beyond the first MB are not seen.
-    late = b"<p>" + b"x " * 600_000 + b"</p>" + b"<p>online casino jackpot roulette</p>"
-    assert not classifier.classify_body(late, "text/html").blocked
+    late = b"<p>" + b"padding " * 280_000 + b"</p><p>online casino jackpot roulette</p>"
+    found = classifier.classify_body(late, "text/html")
+    assert found.blocked and not found.truncated
+    assert min(h.offsets[0] for h in found.evidence) > 2_000_000  # in the whole text
+    small = Classifier(load_test_phrases(), max_scan_bytes=2 * 1024 * 1024)
+    past = small.classify_body(late, "text/html")
+    assert past.truncated and not past.blocked
 
 
 def test_evidence_explains_the_verdict(classifier: Classifier) -> None:

@@ -16,8 +16,17 @@ import aiohttp.web
 import brotli
 import pytest
 
-from tests.learn.origin import BLOCKED_HOST, PAGES, Origin, Route, origin_server
-from urlsieve.learn.crawl import Crawler, CrawlSettings, Fetched
+from tests.learn.origin import (
+    BLOCKED_HOST,
+    PAGES,
+    Origin,
+    Route,
+    load_test_phrases,
+    origin_server,
+)
+from urlsieve.exceptions import ConfigError
+from urlsieve.learn.classify import Classifier
+from urlsieve.learn.crawl import BROWSER_USER_AGENT, Crawler, CrawlSettings, Fetched
 
 HOSTS = {"casino.test": "127.0.0.1", BLOCKED_HOST: "127.0.0.1", "other.test": "127.0.0.1"}
 
@@ -351,3 +360,69 @@ def test_per_host_delay_spaces_fetches() -> None:
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert len(starts) == 4
     assert min(gaps) >= 0.1  # a lower bound: a slow machine only widens the gaps
+
+
+# -- identities (cloaking) and long pages (issue 30, items 5 and 7) ------------------------
+
+
+def test_the_crawler_fetches_as_a_browser_and_matches_robots_by_its_own_name() -> None:
+    pages = dict(PAGES)
+    pages["/robots.txt"] = Route(
+        200, (("Content-Type", "text/plain"),), b"User-agent: urlsieve-learn\nDisallow: /en/\n", "-"
+    )
+    with origin_server(pages) as origin:
+        base = f"http://casino.test:{origin.port}"
+        results, _ = _crawl([f"{base}/en/clean.html", f"{base}/zh/utf8-casino.html"])
+        assert [r.outcome for r in results] == ["robots", "page"]  # robots.txt still binds it
+        agents = {agent for agent, where in origin.agents if not where.endswith("robots.txt")}
+        assert agents == {BROWSER_USER_AGENT}
+        sent = origin.headers[-1]
+        assert sent["accept"].startswith("text/html,application/xhtml+xml")
+        assert sent["accept-language"] == "en-US,en;q=0.9"
+
+        async def second() -> Fetched:
+            async with Crawler(_settings()) as crawler:
+                return await crawler.fetch(f"{base}/zh/gbk-header.html", user_agent="other-id/1")
+
+        assert asyncio.run(second()).outcome == "page"
+        assert origin.agents[-1] == ("other-id/1", "casino.test/zh/gbk-header.html")
+        assert "accept-language" not in origin.headers[-1]  # the crawler's own identity
+
+
+def test_a_long_page_is_scanned_to_scan_bytes_with_bounded_memory() -> None:
+    padding = b"<p>" + b"lorem ipsum dolor sit amet " * 40 + b"</p>"
+    late = b"<html><body>" + padding * 3000 + b"<p>online casino jackpot roulette</p></body></html>"
+    bomb = _gzip_bomb(256 << 20)
+    pages = {
+        "/late.html": Route(200, (("Content-Type", "text/html"),), late, "gambling"),
+        "/bomb.html": Route(
+            200, (("Content-Type", "text/html"), ("Content-Encoding", "gzip")), bomb, "-"
+        ),
+        "/small.html": PAGES["/en/clean.html"],
+    }
+    classifier = Classifier(load_test_phrases())
+    with origin_server(pages) as origin:
+        base = f"http://casino.test:{origin.port}"
+        cap, scan = 200_000, 8_000_000
+        tracemalloc.start()
+        try:
+            results, _ = _crawl(
+                [f"{base}/late.html", f"{base}/bomb.html", f"{base}/small.html"],
+                _settings(max_bytes=cap, scan_bytes=scan),
+                scanner=classifier.scan,
+            )
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    long, bombed, small = results
+    assert long.page is not None and long.page.truncated and long.page.body == late[:cap]
+    assert long.scan is not None and long.scan.blocked and not long.scan.truncated
+    assert long.scan.category == "gambling"  # the words after 3 MB of padding
+    assert bombed.scan is not None and bombed.scan.truncated and not bombed.scan.blocked
+    assert small.scan is None and small.page is not None and not small.page.truncated
+    assert peak < 4 * scan  # 256 MiB of decoded bomb never held
+
+
+def test_scan_bytes_below_max_bytes_is_refused() -> None:
+    with pytest.raises(ConfigError, match="scan_bytes"):
+        CrawlSettings(max_bytes=1000, scan_bytes=999)

@@ -98,13 +98,13 @@ KNOWN_DIFFERENCES: dict[str, tuple[str, str, str]] = {
         "allow",
         "block",
         "E2Guardian does not scan a body over maxcontentfiltersize (2 MB); urlsieve "
-        "classifies the first MB",
+        "classifies all of it (up to 32 MiB, in segments)",
     ),
     "/bare/huge.html": (
         "allow",
         "block",
         "E2Guardian does not scan a body over maxcontentfiltersize (2 MB); urlsieve "
-        "classifies the first MB",
+        "classifies all of it (up to 32 MiB, in segments)",
     ),
     "/probe/entities.html": (
         "allow",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.learn.origin import BLOCKED_HOST, PAGES, Origin, Route, origin_server
+from tests.learn.origin import ATTACK_PAGES, BLOCKED_HOST, PAGES, Origin, Route, origin_server
 from urlsieve.cli import main
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import load_config
@@ -106,11 +106,12 @@ def test_unknown_pages_are_learned_and_enforced(tmp_path: Path, origin: Origin) 
             assert (verdict.action, verdict.category) == ("allow", "clean"), (path, verdict)
         else:
             assert (verdict.action, verdict.category) == ("block", route.expect), (path, verdict)
-    # Every page fetched once; the robots-disallowed one never; the blocked host never.
-    for path in PAGES:
+    # Every page fetched once, a clean one twice (the second look, as the crawler: issue 30
+    # item 5); the robots-disallowed one never; the blocked host never.
+    for path, route in PAGES.items():
         if path == "/robots.txt":
             continue
-        expected = 0 if path.startswith("/private/") else 1
+        expected = 0 if path.startswith("/private/") else 2 if route.expect is None else 1
         assert origin.hits.count(f"{host_of(path)}{path}") == expected, (path, origin.hits)
     assert not any(hit.startswith(BLOCKED_HOST) for hit in origin.hits)
     robots = [h for h in origin.hits if h.endswith("/robots.txt") and "robots-txt" not in h]
@@ -191,7 +192,10 @@ def test_a_job_is_finished_only_once_its_verdict_is_stored(tmp_path: Path, origi
     rules = filter_loader(load_config(str(conf)))()
     assert [rules.check(u).action for u in urls] == ["block", "allow", "block"]
     for path in paths:  # fetched again by the second learner: nothing lost
-        assert origin.hits.count(f"{host_of(path)}{path}") == 2
+        # (the clean page twice by it: its second look; a --crawl-only learner has no
+        # classifier, so it takes none)
+        expected = 3 if path == "/en/clean.html" else 2
+        assert origin.hits.count(f"{host_of(path)}{path}") == expected
     queue = open_queue(f"sqlite:{tmp_path / 'state' / 'queue.db'}")
     stats = queue.stats()
     queue.close()
@@ -277,3 +281,35 @@ def test_the_unclassifiable_setting_is_checked(tmp_path: Path) -> None:
     assert allow.unclassifiable == "allow"
     with pytest.raises(ConfigError, match="unclassifiable must be 'block' or 'allow'"):
         learn_settings({**section, "unclassifiable": "warn"}, str(tmp_path / "g.toml"))
+
+
+def test_a_long_page_is_never_learned_clean_on_its_first_bytes(tmp_path: Path) -> None:
+    """Issue 30 item 7, in the split learner: a ``--crawl-only`` learner has no classifier,
+    so a page over ``max_bytes`` reaches the classifier cut: dirty words in what was kept
+    block it; a clean cut page is ``unclassifiable`` (``too-large``), never clean. The
+    one-process learner scans the whole page as it reads it."""
+    with origin_server({**PAGES, **ATTACK_PAGES}) as served:
+        conf = write_config(tmp_path, served)
+        hosts = ("pad-2mb.test", "pad-head.test")
+        text = conf.read_text("utf-8").replace(
+            'hosts = {"', "hosts = {" + "".join(f'"{h}" = "127.0.0.1", ' for h in hosts) + '"'
+        )
+        conf.write_text(text, "utf-8")
+        late = f"http://pad-2mb.test:{served.port}/pad/2mb.html"  # dirty after 2 MB
+        huge = f"http://pad-head.test:{served.port}/huge.html"  # dirty in its first bytes
+        offer(conf, [late, huge])
+        assert learn(conf, "run", "--crawl-only", "--until-idle") == 0
+        assert learn(conf, "run", "--classify-only", "--until-idle") == 0
+        rules = filter_loader(load_config(str(conf)))()
+        assert (rules.check(late).action, rules.check(late).category) == (
+            "block",
+            "unclassifiable",
+        )
+        assert (rules.check(huge).action, rules.check(huge).category) == ("block", "gambling")
+        # The same page, learned by one process, is read whole: its words are found.
+        main(["learn", "--config", str(conf), "forget", late])
+        offer(conf, [late + "?again=1"])
+        assert learn(conf, "run", "--until-idle") == 0
+        rules = filter_loader(load_config(str(conf)))()
+        again = rules.check(late + "?again=1")
+        assert (again.action, again.category) == ("block", "gambling")

@@ -74,6 +74,7 @@ def test_round_trip_of_every_page_field(tmp_path: Path) -> None:
         hops=("http://start.example/a?x=1", "https://final.example:8443/b"),
         queued_at=1_762_999_999.5,
         job="17:3 valkey|1763000000-0 %\r\n",  # a backend's key, any text
+        note="cloaking: as 'x/1' \u8d4c 100% dirty\r\n",  # any text
     )
     empty = _page(1, body=b"", headers=(), queued_at=None)
     with Spool(tmp_path) as spool:

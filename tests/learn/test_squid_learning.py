@@ -32,7 +32,9 @@ from tests.gateway.servers import (
     world_readable_tempdir,
 )
 from tests.gateway.servers import request as proxy_get
-from tests.learn.origin import BLOCKED_HOST, Origin, origin_server
+from tests.learn.origin import ATTACK_PAGES, BLOCKED_HOST, PAGES, Origin, origin_server
+from urlsieve.cli import main
+from urlsieve.learn.crawl import BROWSER_USER_AGENT, CRAWLER_USER_AGENT
 from urlsieve.learn.queue import Sighting, open_queue
 
 PHRASES = Path(__file__).parent / "data" / "phrases"
@@ -46,6 +48,8 @@ HOSTS = (
     "bin.test",
     "huge.test",
     "slow.test",
+    "cloak.test",
+    "pad.test",
 )
 
 
@@ -101,6 +105,7 @@ batch = 8
 [learn.crawl]
 timeout = 2.0
 max_bytes = 1000000
+scan_bytes = 3000000
 allow_networks = ["127.0.0.0/8"]
 hosts = {json.dumps(hosts).replace('":', '" =')}
 
@@ -127,7 +132,7 @@ def learning(request: pytest.FixtureRequest) -> Iterator[Learning]:
         make_world_readable(directory)
         os.chmod(state, 0o777)
         os.chmod(state / "queue.db", 0o666)
-        with origin_server() as origin:
+        with origin_server({**PAGES, **ATTACK_PAGES}) as origin:
             hosts = dict.fromkeys((*HOSTS, BLOCKED_HOST, "probe.test"), "127.0.0.1")
             with running_squid(
                 wrapper,
@@ -218,16 +223,52 @@ def test_unknown_pages_are_learned_and_enforced_through_squid(learning: Learning
     assert not any(h.startswith(BLOCKED_HOST) for h in hits)
     learned = (gw.state / "learned" / "allow" / "clean" / "urls").read_text("utf-8")
     assert "clean.test/en/clean.html" in learned
-    assert hits.count("huge.test/huge.html") == 1 + client_fetches  # fetched once, capped
+    crawler = (BROWSER_USER_AGENT, CRAWLER_USER_AGENT)
+    by_crawler = [where for agent, where in gw.origin.agents if agent in crawler]
+    # The huge page is dirty at its start: the crawler fetched it once (read to scan_bytes,
+    # classified as read); a client's requests pass through Squid until the verdict lands.
+    assert by_crawler.count("huge.test/huge.html") == 1, by_crawler
     # What the crawler cannot read (robots.txt, not HTML, too slow) is unclassifiable, and
     # blocked as such: hiding from the crawler does not keep a page reachable (issue 30).
     for url in (robots, binary, slow):
         assert wait_for(gw, url, "unclassifiable") < 30
-    crawled = [where for agent, where in gw.origin.agents if agent.startswith("urlsieve-learn")]
+    crawled = [where for agent, where in gw.origin.agents if agent in crawler]
+    assert "dirty.test/en/casino.html" in crawled
     assert "robots.test/private/casino.html" not in crawled  # robots.txt is honoured
 
 
-def test_a_private_address_is_never_fetched(learning: Learning) -> None:
+def test_cloaking_and_padding_do_not_get_through_squid(
+    learning: Learning, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30, items 5 and 7: a site that shows crawlers a clean page, one that shows the
+    crawler's own identity something else than browsers, dirty words after 2 MB of padding,
+    a 2.1 MB page and a page longer than ``scan_bytes`` — none is learned clean."""
+    gw = learning
+    urls = {path: gw.url("cloak.test" if "cloak" in path else "pad.test", path) for path in
+            ATTACK_PAGES}  # fmt: skip
+    for url in urls.values():
+        verdict(gw, url)  # the first sighting
+    for path, route in ATTACK_PAGES.items():
+        assert route.expect is not None
+        wait_for(gw, urls[path], route.expect)
+    # The crawler came as a browser (and got the dirty page the cloaker shows browsers)...
+    agents = [agent for agent, where in gw.origin.agents if where.startswith("cloak.test")]
+    assert BROWSER_USER_AGENT in agents
+    # ...and the page that is clean for browsers was dirty for the crawler's identity: the
+    # worse verdict won, and `learn show` says why.
+    capsys.readouterr()
+    assert main(["learn", "--config", str(gw.config), "show",
+                 urls["/cloak/browsers-see-clean.html"]]) == 0  # fmt: skip
+    shown = capsys.readouterr().out
+    assert "block (gambling)" in shown and "cloaking:" in shown, shown
+    assert main(["learn", "--config", str(gw.config), "show", urls["/pad/beyond.html"]]) == 0
+    shown = capsys.readouterr().out
+    assert "unclassifiable" in shown and "too-large" in shown, shown
+
+
+def test_a_private_address_is_never_fetched(
+    learning: Learning, capsys: pytest.CaptureFixture[str]
+) -> None:
     gw = learning
     queue = open_queue(f"sqlite:{gw.state / 'queue.db'}")
     try:
@@ -243,3 +284,13 @@ def test_a_private_address_is_never_fetched(learning: Learning) -> None:
         time.sleep(0.2)
     else:
         raise AssertionError(f"not refused: {text}\n{gw.learner_log()[-2000:]}")
+    # Why, and the setting that would allow it: in `learn stats` and in `learn show`.
+    assert 'urlsieve_learn_refused_total{setting="learn.crawl.allow_networks"} 2' in text
+    capsys.readouterr()
+    assert main(["learn", "--config", str(gw.config), "stats"]) == 0
+    assert "the setting that would allow them: learn.crawl.allow_networks" in (
+        capsys.readouterr().out
+    )
+    assert main(["learn", "--config", str(gw.config), "show", "http://10.1.2.3/x"]) == 1
+    shown = capsys.readouterr().out
+    assert "the crawler does not fetch it" in shown and "learn.crawl.allow_networks" in shown

@@ -133,9 +133,13 @@ def take_urls(args: argparse.Namespace) -> list[str]:
     return moved + list(args.urls)
 
 
-def _rule_sources(args: argparse.Namespace) -> tuple[list[str], list[str], list[str], str | None]:
-    """``(lists, allow, categories, snapshot)`` from the options, the environment and
-    ``--config``, with the gateway's precedence (options > ``URLSIEVE_*`` > file)."""
+def _rule_sources(
+    args: argparse.Namespace,
+) -> tuple[list[str], list[str], list[str], str | None, str | None]:
+    """``(lists, allow, categories, snapshot, overlay)`` from the options, the environment
+    and ``--config``, with the gateway's precedence (options > ``URLSIEVE_*`` > file).
+    ``overlay`` is the learned overlay (``learn.overlay``) when the rules are the
+    configuration's (no ``--lists``/``--allow``): the gateway enforces it beside them."""
     from urlsieve.gateway.config import load_config
 
     snapshot_option = getattr(args, "snapshot", None)
@@ -155,10 +159,12 @@ def _rule_sources(args: argparse.Namespace) -> tuple[list[str], list[str], list[
         },
         needs_rules=False,
     )
-    snapshot = config.snapshot if not args.lists and not args.allow else None
+    own = not args.lists and not args.allow
+    snapshot = config.snapshot if own else None
     if snapshot is not None and not os.path.exists(snapshot) and config.lists:
         snapshot = None  # not compiled yet: read the lists it would be compiled from
-    return list(config.lists), list(config.allow), list(config.categories), snapshot
+    overlay = config.overlay if own and not snapshot_option else None
+    return list(config.lists), list(config.allow), list(config.categories), snapshot, overlay
 
 
 def load_filter(args: argparse.Namespace) -> Filter:
@@ -166,12 +172,30 @@ def load_filter(args: argparse.Namespace) -> Filter:
 
     A compiled snapshot (``--snapshot``, the configuration's, or the only ``--lists``
     path) is opened memory-mapped, ``--categories`` choosing among its categories as the
-    gateway does (:func:`~urlsieve.gateway.ruleset.open_snapshot`).
+    gateway does (:func:`~urlsieve.gateway.ruleset.open_snapshot`). The rules of a
+    configuration with ``learn.overlay`` come with the learned overlay beside them, as
+    the gateway enforces them (:class:`~urlsieve.layered.LayeredFilter`): what was learned,
+    and promoted, is what ``check`` and ``explain`` say.
     """
+    lists, allow, categories, configured_snapshot, overlay = _rule_sources(args)
+    base = _load_base(args, lists, allow, categories, configured_snapshot)
+    if overlay is None or not os.path.exists(overlay):
+        return base
+    from urlsieve.layered import LayeredFilter
+
+    return LayeredFilter(base, Filter.load(overlay))
+
+
+def _load_base(
+    args: argparse.Namespace,
+    lists: list[str],
+    allow: list[str],
+    categories: list[str],
+    configured_snapshot: str | None,
+) -> Filter:
     from urlsieve.gateway.ruleset import load_selected, open_snapshot
     from urlsieve.match.snapshot import is_snapshot
 
-    lists, allow, categories, configured_snapshot = _rule_sources(args)
     if configured_snapshot is not None:
         return open_snapshot(configured_snapshot, categories)
     if not lists and not allow:

@@ -32,6 +32,14 @@ def register(sub: Any) -> None:
         ),
     )
     check.add_argument("file", metavar="FILE")
+    check.add_argument(
+        "--url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="also print the decision for URL as the gateway makes it (base rules, learned "
+        "overlay, the unknown setting); repeatable",
+    )
     add_who_arguments(check)
     check.set_defaults(run=run)
 
@@ -118,6 +126,10 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             problems.append(f"snapshot {config.snapshot} does not exist and no lists are set")
+    if config.overlay:
+        lines += _overlay_lines(config.overlay)
+    if args.url and not problems:
+        lines += _decisions(config, args.url, problems)
     overridden = sorted(name for name in ENV_VARS if name in os.environ)
     if overridden:
         lines.append(f"environment overrides: {', '.join(overridden)}")
@@ -132,3 +144,56 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print("configuration OK")
     return 0
+
+
+def _overlay_lines(overlay: str) -> list[str]:
+    """What the learned overlay holds: its rules, and the hosts promoted whole."""
+    if not os.path.exists(overlay):
+        return [f"learned: overlay {overlay} does not exist yet (nothing learned)"]
+    try:
+        info = read_snapshot_info(overlay, verify=True)
+    except SnapshotError as exc:
+        return [f"learned: overlay {overlay} cannot be read: {exc}"]
+    from urlsieve.filter import Filter
+
+    flt = Filter.load(overlay)
+    try:
+        hosts = [r for r in flt.rules if "/" not in r.pattern and not r.pattern.startswith("=")]
+    finally:
+        flt.close()
+    shown = ", ".join(f"{r.pattern} ({r.action} {r.category})" for r in hosts[:10])
+    more = f", … {len(hosts) - 10} more" if len(hosts) > 10 else ""
+    return [
+        f"learned: {info.rules} rules in the overlay, {len(hosts)} whole hosts"
+        + (f": {shown}{more}" if hosts else "")
+    ]
+
+
+def _decisions(config: GatewayConfig, urls: list[str], problems: list[str]) -> list[str]:
+    """The gateway's decision for each URL: the rule (base, else learned, with its
+    evidence), or what the unknown setting does."""
+    from urlsieve.exceptions import InvalidURL
+    from urlsieve.gateway.ruleset import filter_loader
+
+    rules = filter_loader(config)()
+    lines = []
+    try:
+        for url in urls:
+            try:
+                explanation = rules.explain(url)
+            except InvalidURL as exc:
+                problems.append(f"--url {url!r}: {exc.reason}")
+                continue
+            rule = explanation.rule
+            if rule is None:
+                lines.append(
+                    f"url {url}: unknown: learn.unknown = {config.unknown_policy}"
+                    + (" (queued for learning)" if config.learn_queue else "")
+                )
+                continue
+            lines.append(f"url {url}: {rule.action} ({rule.category}) by {rule.where}")
+            if explanation.evidence:
+                lines.append(f"  learned: {explanation.evidence}")
+    finally:
+        rules.close()
+    return lines

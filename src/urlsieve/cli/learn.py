@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 import time
@@ -133,7 +134,8 @@ def _run(args: argparse.Namespace) -> int:
             raise ConfigError(
                 "no phrases loaded: set learn.phrases, learn.banned or learn.lexicons"
             )
-        classifier = Classifier(phrases, limit=settings.limit, limits=settings.limits)
+        phrases, limits = _named_as_the_lists(phrases, settings, log)
+        classifier = Classifier(phrases, limit=settings.limit, limits=limits)
         log(f"{len(phrases.phrases)} phrases loaded")
     queue = _open_queue_retrying(settings.queue, log)
     store = _store(settings)
@@ -191,6 +193,43 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _named_as_the_lists(
+    phrases: Any, settings: Any, log: Callable[[str], None]
+) -> tuple[Any, dict[str, int]]:
+    """The phrases with their categories spelled as the gateway's lists spell them
+    (matched ignoring case: a phrase list's ``Gambling`` is UT1's ``gambling``), and
+    ``learn.limits`` keyed by those names (an unknown key is reported, with a "did you
+    mean")."""
+    from urlsieve.gateway.config import load_config
+    from urlsieve.gateway.ruleset import base_loader, category_names
+    from urlsieve.rules.categories import did_you_mean, resolve
+
+    names: set[str] = set()
+    try:
+        base = base_loader(load_config(settings.source_file, env=os.environ))()
+    except Exception as exc:  # the learner runs without lists too (names left as written)
+        log(f"category names kept as the phrase lists write them: {exc}")
+    else:
+        try:
+            info = base.info
+            names = category_names(base) | (
+                set(info.meta.get("categories") or ()) if info is not None else set()
+            )
+        finally:
+            base.close()
+    renamed = phrases.renamed(lambda name: resolve(name, names) or name)
+    for old in sorted(phrases.categories - renamed.categories):
+        log(f"phrase category {old!r} learned as {resolve(old, names)!r} (the lists' name)")
+    limits: dict[str, int] = {}
+    for key, value in settings.limits.items():
+        found = resolve(key, renamed.categories)
+        if found is None:
+            log(f"learn.limits: no phrase category {key!r}" + did_you_mean(key, renamed.categories))
+            found = key
+        limits[found] = value
+    return renamed, limits
+
+
 def _admin(args: argparse.Namespace) -> Any:
     from urlsieve.learn.admin import LearnAdmin
 
@@ -239,6 +278,10 @@ def _list(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         for v in admin.verdicts(args.source, args.action):
             print(f"{v.action}\t{v.category}\t{v.source}\t{v.score}\t{v.key}")
+        if args.source in (None, "learned"):  # hosts promoted whole by the learner
+            for v in admin.promoted():
+                if args.action in (None, v.action):
+                    print(f"{v.action}\t{v.category}\t{v.source}\t{v.score}\t{v.key}")
     return 0
 
 
@@ -247,8 +290,13 @@ def _show(args: argparse.Namespace) -> int:
 
     with _admin(args) as admin:
         found = admin.find(args.url)
+        refused = admin.refusal(args.url) if found is None else None
     if found is None:
-        print(f"{rule_key(args.url)[0]}: nothing learned (unknown to the learner)")
+        if refused is not None:
+            print(f"{rule_key(args.url)[0]}: nothing learned: the crawler does not fetch it: "
+                  f"{refused}")  # fmt: skip
+        else:
+            print(f"{rule_key(args.url)[0]}: nothing learned (unknown to the learner)")
         return 1
     print(f"rule:      {found.key}{'  (the whole host)' if found.is_host else ''}")
     print(f"verdict:   {found.action} ({found.category}), by {found.source}")
@@ -334,4 +382,11 @@ def _stats(args: argparse.Namespace) -> int:
     metrics = settings.directory / "learn.prom"
     if metrics.exists():
         print(f"metrics (last run): {metrics}")
+        for line in metrics.read_text("utf-8", "replace").splitlines():
+            found = re.fullmatch(r'urlsieve_learn_refused_total\{setting="([^"]*)"\} (\d+)', line)
+            if found:
+                print(
+                    f"  not fetched (address or port refused): {found.group(2)}; "
+                    f"the setting that would allow them: {found.group(1)}"
+                )
     return 0

@@ -14,6 +14,7 @@ from urlsieve.gateway.config import GatewayConfig
 from urlsieve.gateway.live import FileSignature, file_signature
 from urlsieve.layered import LayeredFilter
 from urlsieve.match.snapshot import SnapshotInfo
+from urlsieve.rules.categories import did_you_mean, resolve
 from urlsieve.rules.model import ALLOW, BLOCK
 
 if TYPE_CHECKING:
@@ -22,12 +23,14 @@ if TYPE_CHECKING:
 __all__ = [
     "LayeredLoader",
     "base_loader",
+    "category_names",
     "category_rules",
     "check_selection",
     "compile_lists",
     "filter_loader",
     "load_selected",
     "open_snapshot",
+    "resolve_selection",
     "rules_info",
     "rules_watch",
     "snapshot_selection",
@@ -49,18 +52,13 @@ def check_selection(source: Filter, categories: Sequence[str]) -> list[str]:
     """Lines saying what each selected category gives (aliases resolved).
 
     Raises :class:`ConfigError` for a name the lists do not have (saying which they
-    have) and for a selection that gives no rule at all.
+    have, and the nearest ones: "did you mean") and for a selection that gives no rule
+    at all. Names are matched ignoring case (:func:`resolve_selection` first).
     """
     if not categories:
         return []
+    categories = resolve_selection(source, categories)
     aliases = source.aliases
-    present = set(source.categories) | set(aliases) | {r.category for r in source.reports}
-    missing = [c for c in categories if c not in present]
-    if missing:
-        known = ", ".join(sorted(present)) or "none"
-        raise ConfigError(
-            f"categories not found in the lists: {', '.join(missing)} (the lists have: {known})"
-        )
     counts = category_rules(source)
     lines = []
     total = 0
@@ -82,13 +80,43 @@ def check_selection(source: Filter, categories: Sequence[str]) -> list[str]:
     return lines
 
 
+def category_names(source: Filter) -> set[str]:
+    """Every category name the lists of ``source`` have (aliases included)."""
+    return set(source.categories) | set(source.aliases) | {r.category for r in source.reports}
+
+
+def resolve_selection(source: Filter, categories: Sequence[str]) -> list[str]:
+    """``categories`` as the lists spell them (matched ignoring case); :class:`ConfigError`
+    naming the unknown ones, with the nearest known names."""
+    present = category_names(source)
+    resolved, missing = [], []
+    for name in categories:
+        found = resolve(name, present)
+        if found is None:
+            missing.append(name + did_you_mean(name, present))
+        else:
+            resolved.append(found)
+    if missing:
+        known = ", ".join(sorted(present)) or "none"
+        raise ConfigError(
+            f"categories not found in the lists: {', '.join(missing)} (the lists have: {known})"
+        )
+    return resolved
+
+
 def load_selected(
     lists: Sequence[str], allow: Sequence[str], categories: Sequence[str] = (), **options: Any
 ) -> tuple[Filter, list[str]]:
     """:meth:`Filter.from_lists` (``options`` passed on) and :func:`check_selection`: the
-    filter, and a line per selected category; every caller selects categories this way."""
+    filter, and a line per selected category; every caller selects categories this way.
+    A name given in another case than the lists' is read again under the lists' spelling
+    (once, at load)."""
     source = Filter.from_lists(lists, allow, categories=categories, **options)
-    return source, check_selection(source, categories)
+    resolved = resolve_selection(source, categories) if categories else []
+    if resolved != list(categories):
+        source.close()
+        source = Filter.from_lists(lists, allow, categories=resolved, **options)
+    return source, check_selection(source, resolved)
 
 
 def compile_lists(
@@ -213,8 +241,9 @@ def snapshot_selection(info: SnapshotInfo, categories: Sequence[str]) -> str | N
     compiled = info.compiled_categories
     aliases = info.meta.get("aliases") or {}
     known = set(info.meta.get("categories") or ()) | set(aliases)
+    categories = _snapshot_names(info, categories)
     if not compiled:
-        missing = [c for c in categories if known and c not in known]
+        missing = [c + did_you_mean(c, known) for c in categories if known and c not in known]
         if missing:
             return (
                 f"snapshot {info.path} has no categories {', '.join(missing)} "
@@ -233,6 +262,13 @@ def snapshot_selection(info: SnapshotInfo, categories: Sequence[str]) -> str | N
     )
 
 
+def _snapshot_names(info: SnapshotInfo, categories: Sequence[str]) -> list[str]:
+    """``categories`` as a snapshot spells them (matched ignoring case)."""
+    aliases = info.meta.get("aliases") or {}
+    known = set(info.meta.get("categories") or ()) | set(aliases) | set(info.compiled_categories)
+    return [resolve(c, known) or c for c in categories]
+
+
 def open_snapshot(path: str, categories: Sequence[str] = ()) -> Filter:
     """A compiled snapshot enforcing ``categories`` (every compiled one when empty);
     :class:`ConfigError` with the fix when it cannot serve them (:func:`snapshot_selection`)."""
@@ -243,6 +279,7 @@ def open_snapshot(path: str, categories: Sequence[str] = ()) -> Filter:
     if why is not None:
         loaded.close()
         raise ConfigError(why)
+    categories = _snapshot_names(loaded.info, categories)
     if sorted(loaded.info.compiled_categories) == sorted(categories):
         return loaded
     return loaded.select(categories)

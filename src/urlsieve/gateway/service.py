@@ -252,6 +252,7 @@ def explanation_json(explanation: Explanation) -> dict[str, Any]:
         "matching": list(explanation.matching),
         "probes": list(explanation.probes),
         "rule": rule_json(explanation.rule),
+        "evidence": explanation.evidence,
     }
 
 

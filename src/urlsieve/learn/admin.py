@@ -18,6 +18,7 @@ use raises :class:`LearnError`.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import itertools
 import re
 import threading
@@ -28,7 +29,7 @@ from urlsieve.exceptions import InvalidURL, RuleSyntaxError
 from urlsieve.learn.config import LearnSettings, read_learn_settings
 from urlsieve.learn.overlay import build_overlay, rule_line
 from urlsieve.learn.verdicts import SOURCES, Learned, open_verdicts, rule_key
-from urlsieve.rules.model import parse_rule
+from urlsieve.rules.model import Rule, parse_rule
 
 __all__ = [
     "ALLOW_CATEGORY",
@@ -164,6 +165,24 @@ def verdict_dict(verdict: Learned) -> dict[str, Any]:
     }
 
 
+def _rule_verdict(rule: Rule, key: str, source: str) -> Learned:
+    """A verdict read back from an overlay rule and the provenance comment above it in the
+    learned tree (for what has no row of its own: a promoted host)."""
+    from urlsieve.layered import learned_evidence
+
+    evidence = learned_evidence(rule) or ""
+    score = re.search(r"\bscore=(-?\d+)", evidence)
+    return Learned(
+        key=key,
+        host=rule.host,
+        action=rule.action,
+        category=rule.category,
+        source=source,
+        score=int(score.group(1)) if score else 0,
+        note=evidence,
+    )
+
+
 class LearnAdmin:
     """The learned verdicts of one gateway, for review and override (see the module)."""
 
@@ -206,10 +225,92 @@ class LearnAdmin:
         return [verdict_dict(v) for v in page]
 
     def find(self, url: str) -> Learned | None:
-        """The verdict for ``url``'s rule, else for its host; :class:`InvalidURL` for a URL
-        without a usable host."""
+        """The verdict for ``url``'s rule, else for its host, else the one the overlay
+        enforces on it as the gateway looks it up (a query variant of a learned page, a
+        page of a promoted host, the promoted host itself: a promoted host has no row of
+        its own, its verdict is read back from its provenance comment in the learned
+        tree); :class:`InvalidURL` for a URL without a usable host."""
         key, host = rule_key(check_url(url))
-        return self.store.get(key) or self.store.get(host)
+        return self.store.get(key) or self.store.get(host) or self._enforced(url)
+
+    def _enforced(self, url: str) -> Learned | None:
+        from urlsieve.filter import Filter
+        from urlsieve.layered import learned_form
+
+        overlay = self.settings.overlay
+        if not overlay.exists():
+            return None
+        target = url if "://" in url else f"http://{url}/" if "/" not in url else f"http://{url}"
+        flt = Filter.load(overlay)
+        try:
+            rule = flt.check(learned_form(target)).rule
+        except InvalidURL:
+            return None
+        finally:
+            flt.close()
+        if rule is None:
+            return None
+        pattern = rule.pattern
+        key = pattern[1:-1] if pattern.startswith("=") and pattern.endswith("|") else pattern
+        stored = self.store.get(key)
+        if stored is not None:
+            return stored
+        found = _rule_verdict(rule, key, "learned")
+        return dataclasses.replace(found, url=url, note=f"{found.note} (rule {rule.where})")
+
+    def promoted(self) -> builtins.list[Learned]:
+        """The hosts the overlay blocks or allows whole without a row of their own (promoted
+        by the learner), read back from the learned tree."""
+        from urlsieve.filter import Filter
+
+        overlay = self.settings.overlay
+        if not overlay.exists():
+            return []
+        flt = Filter.load(overlay)
+        try:
+            hosts = [r for r in flt.rules if "/" not in r.pattern and "=" not in r.pattern]
+        finally:
+            flt.close()
+        return [
+            _rule_verdict(rule, rule.pattern, "promoted")
+            for rule in sorted(hosts, key=lambda r: r.pattern)
+            # an operator's host override is listed with the verdicts
+            if self.store.get(rule.pattern) is None
+        ]
+
+    def refusal(self, url: str) -> str | None:
+        """Why the crawler would not fetch ``url`` (its address or port, naming the setting
+        that would allow it), or None: the guard's checks as the crawler makes them."""
+        import asyncio
+
+        from urlsieve.learn.crawl import CrawlSettings
+        from urlsieve.learn.guard import AddressRefused, Guard, GuardedResolver
+        from urlsieve.url import parse_url
+
+        crawl = CrawlSettings(**self.settings.crawl)
+        try:
+            parsed = parse_url(url if "://" in url else f"http://{url}/")
+        except InvalidURL as exc:
+            return f"not a URL the crawler reads: {exc.reason}"
+        guard = Guard(crawl.allow_networks, crawl.ports)
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        literal = guard.literal(parsed.host)
+        if literal is not None:
+            return guard.check_host(parsed.host) or guard.check_port(parsed.host, port, [literal])
+
+        async def resolve() -> str | None:
+            resolver = GuardedResolver(guard, hosts=crawl.hosts)
+            try:
+                await resolver.resolve(parsed.host, port)
+            except AddressRefused as exc:
+                return exc.reason
+            except OSError:
+                return None  # no address: the crawler says so when it tries
+            finally:
+                await resolver.close()
+            return None
+
+        return asyncio.run(resolve())
 
     def show(self, url: str) -> dict[str, Any] | None:
         found = self.find(url)

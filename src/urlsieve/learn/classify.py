@@ -39,6 +39,7 @@ first, and a classifier that reads 100 MB pages is a denial of service).
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -49,14 +50,24 @@ import ahocorasick_rs
 
 from urlsieve.learn.page import Page
 from urlsieve.learn.phrases import Phrase, PhraseSet
-from urlsieve.learn.text import decode, html_text, is_html, normalise
+from urlsieve.learn.text import decode, html_text, is_html, normalise, stream_charset
 
-__all__ = ["MAX_BYTES", "MAX_CHARS", "Classification", "Classifier", "Hit"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_CHARS",
+    "MAX_SCAN_BYTES",
+    "Classification",
+    "Classifier",
+    "Hit",
+    "PageScan",
+]
 
-#: Bytes of a body the classifier decodes; the rest is ignored.
+#: Bytes of a body decoded in one piece (a longer body is read in segments of this size).
 MAX_BYTES = 1024 * 1024
-#: Characters of normalised text the classifier scans; the rest is ignored.
+#: Characters of text in one segment (and of normalised text scanned per segment).
 MAX_CHARS = 1024 * 1024
+#: Bytes of a body classified at all: past this, the page is ``truncated``.
+MAX_SCAN_BYTES = 32 * 1024 * 1024
 #: Offsets kept per hit.
 MAX_OFFSETS = 5
 
@@ -186,12 +197,14 @@ class Classifier:
         per_occurrence: bool = False,
         max_bytes: int = MAX_BYTES,
         max_chars: int = MAX_CHARS,
+        max_scan_bytes: int = MAX_SCAN_BYTES,
     ) -> None:
         self.limit = limit
         self.limits = MappingProxyType(dict(limits or {}))
         self.per_occurrence = per_occurrence
         self.max_bytes = max_bytes
         self.max_chars = max_chars
+        self.max_scan_bytes = max(max_scan_bytes, max_bytes)
         self.phrases = self._dedupe(phrases.phrases)
         terms: dict[tuple[str, bool, bool], int] = {}
         self._phrase_terms: list[tuple[int, ...]] = []
@@ -214,6 +227,10 @@ class Classifier:
             checks[index].append((term_id, left, right))
         self._terms = len(terms)
         self._patterns = tuple(patterns)
+        #: Bytes of normalised text a segment of a long page carries into the next, so a
+        #: phrase across the cut is found (and its left neighbour seen): the longest pattern
+        #: and one more character.
+        self._reach = max((len(p.encode()) for p in patterns), default=0) + 1
         self._checks = tuple(tuple(c) for c in checks)
         # Over the UTF-8 bytes of the text: the str automaton does the same work and then
         # maps every byte offset to a character offset (an 8-byte entry per byte of text);
@@ -264,13 +281,15 @@ class Classifier:
     def classify_body(
         self, body: bytes, content_type: str | None = None, *, truncated: bool = False
     ) -> Classification:
-        """Decode, extract (HTML or plain text), normalise, match and score ``body``."""
-        if len(body) > self.max_bytes:
-            body, truncated = body[: self.max_bytes], True
-        text, charset = decode(body, content_type)
-        if is_html(content_type, body):
-            text = html_text(text)
-        return self._classify(text, charset, truncated)
+        """Decode, extract (HTML or plain text), normalise, match and score ``body`` (the
+        first ``max_scan_bytes`` of it; a longer body in segments, as :meth:`scan` does)."""
+        scan = self.scan(content_type)
+        scan.feed(body)
+        return scan.finish(complete=not truncated)
+
+    def scan(self, content_type: str | None = None) -> PageScan:
+        """A page classified as its bytes come (:class:`PageScan`)."""
+        return PageScan(self, content_type)
 
     def classify_text(self, text: str) -> Classification:
         """Classify already extracted text (it is normalised here)."""
@@ -326,12 +345,26 @@ class Classifier:
         data = text.encode("utf-8", "replace")
         counts: dict[int, int] = {}
         offsets: dict[int, list[int]] = {}
+        self._count(data, 0, counts, offsets)
+        to_chars = _char_offsets(data, offsets.values(), len(data) != len(text))
+        for term_id, count in counts.items():
+            found[term_id] = _Counts(count, [to_chars[offset] for offset in offsets[term_id]])
+        return found
+
+    def _count(
+        self, data: bytes, skip: int, counts: dict[int, int], offsets: dict[int, list[int]]
+    ) -> None:
+        """Add the terms found in UTF-8 ``data`` that end past byte ``skip`` to ``counts``
+        (and the byte offsets of the first :data:`MAX_OFFSETS` to ``offsets``)."""
+        assert self._automaton is not None
         end_of_data = len(data)
         checks = self._checks
         ascii_word = _ASCII_WORD
         # The loop runs once per match (thousands per page): everything it touches is a
         # local, an ASCII neighbour is checked by a tuple look-up, counts are plain dicts.
         for index, start, end in self._automaton.find_matches_as_indexes(data, overlapping=True):
+            if end <= skip:
+                continue
             for term_id, left, right in checks[index]:
                 if left and start:
                     byte = data[start - 1]
@@ -349,10 +382,6 @@ class Classifier:
                 else:
                     counts[term_id] = 1
                     offsets[term_id] = [start]
-        to_chars = _char_offsets(data, offsets.values(), len(data) != len(text))
-        for term_id, count in counts.items():
-            found[term_id] = _Counts(count, [to_chars[offset] for offset in offsets[term_id]])
-        return found
 
     def _score(
         self, found: dict[int, _Counts], charset: str, chars: int, truncated: bool
@@ -427,3 +456,170 @@ class Classifier:
             chars=chars,
             truncated=truncated,
         )
+
+
+# A raw-text element (its content is not text) or a comment, opened or closed.
+_RAW_TEXT = re.compile(r"<(/?)(script|style|noscript|template)\b|(<!--)|(-->)", re.I)
+
+
+def _open_raw(opener: str, html: str) -> str:
+    """The raw-text element (``<script>``…) or comment (``<!--``) still open at the end of
+    ``html``, a segment that began inside ``opener`` ("" for none)."""
+    for found in _RAW_TEXT.finditer(html):
+        closing, name, comment_open, comment_close = found.groups()
+        if opener == "<!--":
+            if comment_close:
+                opener = ""
+        elif opener:
+            if closing and f"<{name.lower()}>" == opener:
+                opener = ""
+        elif comment_open:
+            opener = "<!--"
+        elif name and not closing:
+            opener = f"<{name.lower()}>"
+    return opener
+
+
+class PageScan:
+    """One page classified as its bytes come (:meth:`Classifier.scan`), with bounded memory:
+    ``feed`` the decoded body in pieces of any size, then ``finish``.
+
+    A body of at most ``max_bytes`` is classified as one piece, exactly as it always was.
+    A longer one is read in segments: its charset is chosen on its first ``max_bytes``
+    (BOM, header, ``<meta>``, valid UTF-8, detection), its text decoded incrementally and
+    cut into segments of at most ``max_chars`` characters — after a ``>`` for HTML, at
+    white space for text, where there is one in the segment's second half; an HTML
+    segment cut inside a ``<script>``, ``<style>``, ``<noscript>``, ``<template>`` or a
+    comment gives the next one that opener, so hidden text stays hidden. Each segment is
+    extracted and normalised alone, the normalised segments are one text joined by single
+    spaces, and the automaton runs over each with the end of the one before (the longest
+    term's length) in front, so a phrase across a cut is found once. Where the cuts fall
+    depends on the bytes only, never on how they were fed: the result is the same for any
+    chunking (tested). Letter-spaced words are not joined across a cut. Memory: the
+    segment in hand, the counts, and the bytes up to ``max_bytes`` before the charset is
+    chosen. Bytes past ``max_scan_bytes`` are ignored and the result is ``truncated``.
+    """
+
+    def __init__(self, classifier: Classifier, content_type: str | None) -> None:
+        self._classifier = classifier
+        self._content_type = content_type
+        self._head: list[bytes] = []  # the bytes before the charset is chosen
+        self._head_size = 0
+        self._decoder: codecs.IncrementalDecoder | None = None
+        self._charset = ""
+        self._html = False
+        self._text: list[str] = []  # decoded text not yet cut into a segment
+        self._text_chars = 0
+        self._opener = ""
+        self._tail = b""  # the end of the normalised text so far (UTF-8)
+        self._chars = 0  # characters of the normalised text so far
+        self._counts: dict[int, int] = {}
+        self._offsets: dict[int, list[int]] = {}  # term -> character offsets
+        self._fed = 0
+        self._cut = False
+
+    def feed(self, data: bytes) -> None:
+        """The next bytes of the (decoded) body."""
+        room = self._classifier.max_scan_bytes - self._fed
+        if len(data) > room:
+            data, self._cut = data[:room], True
+        if not data:
+            return
+        self._fed += len(data)
+        if self._decoder is None:
+            self._head.append(data)
+            self._head_size += len(data)
+            if self._head_size > self._classifier.max_bytes:
+                self._start()
+            return
+        self._take(self._decoder.decode(data))
+
+    def finish(self, *, complete: bool = True) -> Classification:
+        """The classification of what was fed (``complete=False``: the body went on)."""
+        classifier = self._classifier
+        if self._decoder is None:  # a body of ordinary length: one piece
+            head = b"".join(self._head)
+            text, self._charset = decode(head, self._content_type)
+            self._html = is_html(self._content_type, head)
+            self._take(text)
+            self._cut_segments(0)
+        else:
+            self._take(self._decoder.decode(b"", final=True))
+            self._cut_segments(0)
+        truncated = self._cut or not complete
+        found = {term: _Counts(count, self._offsets[term]) for term, count in self._counts.items()}
+        return classifier._score(found, self._charset, self._chars, truncated)
+
+    def _start(self) -> None:
+        head = b"".join(self._head)
+        self._head, self._head_size = [], 0
+        self._html = is_html(self._content_type, head)
+        charset, bom = stream_charset(head[: self._classifier.max_bytes], self._content_type)
+        try:
+            self._decoder = codecs.getincrementaldecoder(charset)("replace")
+        except LookupError:  # pragma: no cover - stream_charset only returns known codecs
+            charset, self._decoder = "cp1252", codecs.getincrementaldecoder("cp1252")("replace")
+        self._charset = charset
+        self._take(self._decoder.decode(head[bom:]))
+
+    def _take(self, text: str) -> None:
+        if text:
+            self._text.append(text)
+            self._text_chars += len(text)
+        self._cut_segments(self._classifier.max_chars)
+
+    def _cut_segments(self, keep: int) -> None:
+        """Classify segments while more than ``keep`` characters wait."""
+        size = self._classifier.max_chars
+        while self._text_chars > keep:
+            text = "".join(self._text)
+            if len(text) <= size:
+                cut = len(text)
+            else:
+                mark = ">" if self._html else " "
+                cut = text.rfind(mark, size // 2, size) + 1 or size
+            self._text = [text[cut:]] if cut < len(text) else []
+            self._text_chars = len(text) - cut
+            self._segment(text[:cut], last=not keep and not self._text)
+
+    def _segment(self, text: str, *, last: bool = False) -> None:
+        classifier = self._classifier
+        if self._html:
+            opener = self._opener
+            if not last:  # what the next segment starts inside of
+                self._opener = _open_raw(opener, text)
+            text = html_text(opener + text)
+        if len(text) > classifier.max_chars:
+            text, self._cut = text[: classifier.max_chars], True
+        text = normalise(text)
+        if len(text) > classifier.max_chars:
+            text, self._cut = text[: classifier.max_chars], True
+        text = classifier.join_spaced(text)
+        if not text:
+            return
+        data = text.encode("utf-8", "replace")
+        base = self._chars
+        if self._tail:
+            tail = self._tail
+            data = tail + b" " + data
+            base -= len(tail.decode("utf-8"))
+            self._chars += 1
+        self._chars += len(text)
+        if classifier._automaton is not None:
+            counts: dict[int, int] = {}
+            offsets: dict[int, list[int]] = {}
+            classifier._count(data, len(self._tail), counts, offsets)
+            to_chars = _char_offsets(data, offsets.values(), not data.isascii())
+            for term, count in counts.items():
+                self._counts[term] = self._counts.get(term, 0) + count
+                kept = self._offsets.setdefault(term, [])
+                kept += [base + to_chars[at] for at in offsets[term]][: MAX_OFFSETS - len(kept)]
+        self._tail = _utf8_tail(data, classifier._reach)
+
+
+def _utf8_tail(data: bytes, size: int) -> bytes:
+    """The last ``size`` bytes or more of UTF-8 ``data``, starting at a character."""
+    start = max(0, len(data) - size)
+    while start > 0 and data[start] & 0xC0 == 0x80:
+        start -= 1
+    return data[start:]

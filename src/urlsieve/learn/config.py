@@ -20,8 +20,11 @@
     lease_seconds = 120            # a claimed URL not done by then goes to another learner
 
     [learn.crawl]
+    user_agent = "Mozilla/5.0 …"   # a browser's by default, with its Accept headers
+    check_user_agent = "urlsieve-learn/…"   # a clean page is fetched again as this ("": off)
     timeout = 10.0
-    max_bytes = 2000000
+    max_bytes = 2000000            # kept as the page
+    scan_bytes = 32000000          # a longer page is classified as it is read, up to this
     concurrency = 64
     per_host = 2
     delay = 0.0
@@ -104,7 +107,8 @@ _TOP = {
 _CRAWL = {
     "user_agent": str, "timeout": float, "max_bytes": int, "concurrency": int, "per_host": int,
     "delay": float, "max_redirects": int, "robots": bool, "allow_networks": list, "hosts": dict,
-    "content_types": list, "ports": list,
+    "content_types": list, "ports": list, "accept": str, "accept_language": str,
+    "check_user_agent": str, "robots_agent": str, "scan_bytes": int,
 }  # fmt: skip
 _SPOOL = {"segment_bytes": int, "segment_seconds": float, "max_bytes": int}
 

@@ -29,7 +29,11 @@ What a fetch does, in order:
 6. Only ``content_types`` are read (others are ``not-html``, their body unread);
    ``gzip``, ``deflate`` and ``br`` are decoded here, with the byte cap applied to the
    decoded bytes as they are produced (a gzip bomb costs ``max_bytes``, not its
-   expansion); the rest of a body past ``max_bytes`` is not read (``Page.truncated``).
+   expansion); the rest of a body past ``max_bytes`` is not read (``Page.truncated``) —
+   unless the crawler has a scanner: then it is read on, up to ``scan_bytes``, and
+   classified as it comes (``Fetched.scan``; bounded memory, the first ``max_bytes`` kept).
+7. It fetches as a browser (``user_agent``, ``accept``, ``accept_language``); ``fetch(url,
+   user_agent=…)`` fetches as another identity (the learner's second look, cloaking).
    ``timeout`` bounds each hop (connect, headers and body) and each robots.txt fetch.
 """
 
@@ -43,7 +47,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 from urllib.parse import urljoin
 
 import aiohttp
@@ -56,7 +60,20 @@ from urlsieve.learn.guard import AddressRefused, Guard, GuardedResolver
 from urlsieve.learn.page import Page
 from urlsieve.url import parse_url
 
-__all__ = ["CrawlSettings", "CrawlStats", "Crawler", "Fetched", "Outcome"]
+if TYPE_CHECKING:
+    from urlsieve.learn.classify import Classification
+
+__all__ = [
+    "BROWSER_ACCEPT",
+    "BROWSER_USER_AGENT",
+    "CRAWLER_USER_AGENT",
+    "CrawlSettings",
+    "CrawlStats",
+    "Crawler",
+    "Fetched",
+    "Outcome",
+    "PageScan",
+]
 
 Outcome = Literal[
     "page",
@@ -74,7 +91,33 @@ HopCheck = Callable[[str], "tuple[str, str] | None"]
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 1 << 16
+#: The Accept header of the crawler's own identity (the second fetch).
 _ACCEPT = "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.1"
+#: The identity the crawler fetches as by default: a current desktop browser's, so that a
+#: site which shows crawlers a clean page (cloaking) shows the crawler what its users see.
+BROWSER_USER_AGENT = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/131.0.0.0 Safari/537.36"
+)
+BROWSER_ACCEPT = (
+    "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
+)
+#: The second identity: the crawler saying what it is.
+CRAWLER_USER_AGENT = f"urlsieve-learn/{__version__}"
+#: Bytes fed to a page scan at a time (the classifier works in segments of its own).
+_SCAN_FEED = 1 << 20
+
+
+class PageScan(Protocol):
+    """A page classified as it is read (:meth:`urlsieve.learn.classify.Classifier.scan`)."""
+
+    def feed(self, data: bytes) -> None: ...
+
+    def finish(self, *, complete: bool = True) -> Classification: ...
+
+
+#: ``scanner(content_type)``: a new :class:`PageScan` for one page.
+Scanner = Callable[["str | None"], PageScan]
 
 
 def _brotli_capped() -> bool:
@@ -92,9 +135,19 @@ def _brotli_capped() -> bool:
 class CrawlSettings:
     """What the crawler fetches and how politely; see the module docstring."""
 
-    user_agent: str = f"urlsieve-learn/{__version__}"
+    user_agent: str = BROWSER_USER_AGENT
+    accept: str = BROWSER_ACCEPT
+    accept_language: str = "en-US,en;q=0.9"
+    #: The second identity a clean page is fetched again as ("" for none): see
+    #: :mod:`urlsieve.learn.runner` (cloaking).
+    check_user_agent: str = CRAWLER_USER_AGENT
+    #: The name robots.txt rules are matched against (the crawler's product token).
+    robots_agent: str = "urlsieve-learn"
     timeout: float = 10.0
     max_bytes: int = 2_000_000
+    #: A page longer than ``max_bytes`` is read on, up to this many bytes, and classified
+    #: as it is read (when the crawler has a classifier): see ``Fetched.scan``.
+    scan_bytes: int = 32_000_000
     concurrency: int = 64
     per_host: int = 2
     delay: float = 0.0
@@ -115,6 +168,10 @@ class CrawlSettings:
             raise ConfigError("crawl: timeout must be > 0, delay and max_crawl_delay >= 0")
         if self.max_bytes < 1 or self.robots_max_bytes < 1:
             raise ConfigError("crawl: max_bytes and robots_max_bytes must be >= 1")
+        if self.scan_bytes < self.max_bytes:
+            raise ConfigError(
+                f"crawl: scan_bytes ({self.scan_bytes}) must be >= max_bytes ({self.max_bytes})"
+            )
         if self.concurrency < 1 or self.per_host < 1 or self.max_redirects < 0:
             raise ConfigError("crawl: concurrency and per_host >= 1, max_redirects >= 0")
 
@@ -132,6 +189,10 @@ class Fetched:
     #: Whether the fetch ended past the URL itself: at a redirect hop or in robots.txt
     #: (what the site chose, as opposed to the URL a client asked for).
     by_site: bool = False
+    #: A page longer than ``max_bytes`` (``page`` holds its first ``max_bytes``) read on,
+    #: up to ``scan_bytes``, and classified as it was read, when the crawler has a
+    #: scanner; its ``truncated`` says the page was longer still.
+    scan: Classification | None = None
 
 
 @dataclass
@@ -202,6 +263,7 @@ class _Decoder:
         self._zlib: zlib._Decompress | None = None
         self._brotli: Any = None
         self._first = True
+        self._rest = b""
         if encoding == "br":
             import brotli
 
@@ -215,9 +277,11 @@ class _Decoder:
         return zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
 
     def feed(self, data: bytes, room: int) -> bytes:
-        """Decode ``data``; at most ``room`` bytes come out (the caller stops when they do)."""
+        """Decode ``data``; at most ``room`` bytes come out. What is left of the input is
+        kept: :attr:`pending` says so, and ``feed(b"", room)`` goes on with it."""
         if self._brotli is not None:
             return self._feed_brotli(data, room)
+        data = self._rest + data if self._rest else data
         out = b""
         while data and len(out) < room:
             if self._zlib is None:
@@ -228,7 +292,15 @@ class _Decoder:
                 self._zlib = None if data else self._zlib
             else:
                 data = self._zlib.unconsumed_tail
+        self._rest = data
         return out
+
+    @property
+    def pending(self) -> bool:
+        """Whether input given is not decoded yet (output was capped)."""
+        if self._brotli is not None:
+            return not self._brotli.can_accept_more_data()
+        return bool(self._rest)
 
     def _feed_brotli(self, data: bytes, room: int) -> bytes:
         import brotli
@@ -272,9 +344,16 @@ class Crawler:
     ``(category, where)`` of the rule that blocks it, or None to follow it.
     """
 
-    def __init__(self, settings: CrawlSettings, *, check_hop: HopCheck | None = None) -> None:
+    def __init__(
+        self,
+        settings: CrawlSettings,
+        *,
+        check_hop: HopCheck | None = None,
+        scanner: Scanner | None = None,
+    ) -> None:
         self.settings = settings
         self.check_hop = check_hop
+        self.scanner = scanner
         self.guard = Guard(settings.allow_networks, settings.ports)
         self.stats = CrawlStats()
         self._session: aiohttp.ClientSession | None = None
@@ -284,6 +363,10 @@ class Crawler:
         self._robots_pending: dict[tuple[str, str, int], asyncio.Task[_Robots]] = {}
         self._crawl_delays: dict[str, float] = {}  # host -> robots.txt Crawl-delay (capped)
         self._encodings = "gzip, deflate, br" if _brotli_capped() else "gzip, deflate"
+        #: The headers of the crawler's identity (a browser's by default).
+        self._identity = {"User-Agent": settings.user_agent, "Accept": settings.accept}
+        if settings.accept_language:
+            self._identity["Accept-Language"] = settings.accept_language
 
     async def __aenter__(self) -> Crawler:
         resolver = GuardedResolver(self.guard, hosts=self.settings.hosts)
@@ -295,11 +378,7 @@ class Crawler:
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,  # a proxy would resolve the target itself, past the guard
             auto_decompress=False,  # decoded here, under the byte cap
-            headers={
-                "User-Agent": self.settings.user_agent,
-                "Accept": _ACCEPT,
-                "Accept-Encoding": self._encodings,
-            },
+            headers={"Accept-Encoding": self._encodings},
         )
         self._semaphore = asyncio.Semaphore(self.settings.concurrency)
         return self
@@ -318,12 +397,19 @@ class Crawler:
 
     # -- one URL ---------------------------------------------------------------------------
 
-    async def fetch(self, url: str, *, queued_at: float | None = None) -> Fetched:
-        """Fetch ``url`` (following redirects); never raises for network errors or input."""
+    async def fetch(
+        self, url: str, *, queued_at: float | None = None, user_agent: str | None = None
+    ) -> Fetched:
+        """Fetch ``url`` (following redirects); never raises for network errors or input.
+        ``user_agent`` fetches under another identity (that User-Agent, the crawler's own
+        Accept header, no Accept-Language) instead of the settings' one."""
         if self._session is None:
             raise RuntimeError("use the crawler inside 'async with Crawler(...)'")
+        headers = self._identity
+        if user_agent is not None:
+            headers = {"User-Agent": user_agent, "Accept": _ACCEPT}
         try:
-            result = await self._fetch(url, queued_at)
+            result = await self._fetch(url, queued_at, headers)
         except _Stop as stop:
             result = Fetched(
                 url, stop.outcome, stop.reason, blocked=stop.blocked, by_site=stop.by_site
@@ -333,18 +419,19 @@ class Crawler:
         self.stats.outcomes[result.outcome] = self.stats.outcomes.get(result.outcome, 0) + 1
         return result
 
-    async def _fetch(self, url: str, queued_at: float | None) -> Fetched:
+    async def _fetch(self, url: str, queued_at: float | None, headers: dict[str, str]) -> Fetched:
         target = _target(url)
         hops = [url]
         seen = {target.url}
         while True:
             try:
-                response_or_page = await self._hop(target, url, hops, queued_at)
+                response_or_page = await self._hop(target, url, hops, queued_at, headers)
             except _Stop as stop:
                 stop.by_site = stop.by_site or len(hops) > 1
                 raise
-            if isinstance(response_or_page, Page):
-                return Fetched(url, "page", f"HTTP {response_or_page.status}", response_or_page)
+            if isinstance(response_or_page, tuple):
+                page, scan = response_or_page
+                return Fetched(url, "page", f"HTTP {page.status}", page, scan=scan)
             location = response_or_page
             if len(hops) > self.settings.max_redirects:
                 raise _Stop(
@@ -389,25 +476,35 @@ class Crawler:
             raise _Stop("refused", refused)
 
     async def _hop(
-        self, target: _Target, start: str, hops: list[str], queued_at: float | None
-    ) -> Page | str:
-        """Request one URL: a Page, or the Location of a redirect."""
+        self,
+        target: _Target,
+        start: str,
+        hops: list[str],
+        queued_at: float | None,
+        headers: dict[str, str],
+    ) -> tuple[Page, Classification | None] | str:
+        """Request one URL: a Page (and its scan), or the Location of a redirect."""
         self._admit(target)
         if self.settings.robots:
             await self._robots_check(target)
         async with self._host_slot(target.host):
-            return await self._request(target, start, hops, queued_at)
+            return await self._request(target, start, hops, queued_at, headers)
 
     async def _request(
-        self, target: _Target, start: str, hops: list[str], queued_at: float | None
-    ) -> Page | str:
+        self,
+        target: _Target,
+        start: str,
+        hops: list[str],
+        queued_at: float | None,
+        headers: dict[str, str],
+    ) -> tuple[Page, Classification | None] | str:
         assert self._session is not None and self._semaphore is not None
         async with self._semaphore:
             try:
                 async with asyncio.timeout(self.settings.timeout):
                     self.stats.requests += 1
                     async with self._session.get(
-                        YURL(target.url, encoded=True), allow_redirects=False
+                        YURL(target.url, encoded=True), allow_redirects=False, headers=headers
                     ) as response:
                         return await self._response(response, target, start, hops, queued_at)
             except TimeoutError:
@@ -424,7 +521,7 @@ class Crawler:
         start: str,
         hops: list[str],
         queued_at: float | None,
-    ) -> Page | str:
+    ) -> tuple[Page, Classification | None] | str:
         status = response.status
         if status in _REDIRECTS:
             location = response.headers.get("Location")
@@ -438,14 +535,20 @@ class Crawler:
             media = ctype.partition(";")[0].strip().lower()
             if media not in self.settings.content_types:
                 raise _Stop("not-html", f"Content-Type {media or ctype!r} is not fetched")
-        body, truncated = await self._read(response, self.settings.max_bytes)
+        scan = None
+        if self.scanner is not None:
+            scan = _LazyScan(self.scanner, ctype)
+        if scan is not None and self.settings.scan_bytes > self.settings.max_bytes:
+            body, truncated = await self._read_scanning(response, self.settings.max_bytes, scan)
+        else:
+            body, truncated = await self._read(response, self.settings.max_bytes)
         if ctype is None and b"\x00" in body[:1024]:
             raise _Stop("not-html", "no Content-Type, and the body looks binary")
         headers = tuple(
             (name.decode("latin-1"), value.decode("latin-1"))
             for name, value in response.raw_headers
         )
-        return Page(
+        page = Page(
             url=start,
             final_url=target.url,
             status=status,
@@ -456,17 +559,25 @@ class Crawler:
             hops=tuple(hops) if len(hops) > 1 else (),
             queued_at=queued_at,
         )
+        result = None
+        if scan is not None and scan.scan is not None:
+            result = await asyncio.to_thread(scan.scan.finish, complete=scan.complete)
+        return page, result
+
+    def _decoder(self, response: aiohttp.ClientResponse) -> tuple[str, _Decoder | None]:
+        """The body's Content-Encoding and its decoder (None for ``identity``)."""
+        coding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        if coding in ("", "identity"):
+            return coding, None
+        if coding not in ("gzip", "x-gzip", "deflate") and not (
+            coding == "br" and "br" in self._encodings
+        ):
+            raise _Stop("error", f"unsupported Content-Encoding {coding[:50]!r}")
+        return coding, _Decoder(coding)
 
     async def _read(self, response: aiohttp.ClientResponse, cap: int) -> tuple[bytes, bool]:
         """At most ``cap`` decoded bytes of the body, and whether there was more."""
-        coding = response.headers.get("Content-Encoding", "identity").strip().lower()
-        decoder: _Decoder | None = None
-        if coding not in ("", "identity"):
-            if coding not in ("gzip", "x-gzip", "deflate") and not (
-                coding == "br" and "br" in self._encodings
-            ):
-                raise _Stop("error", f"unsupported Content-Encoding {coding[:50]!r}")
-            decoder = _Decoder(coding)
+        coding, decoder = self._decoder(response)
         parts: list[bytes] = []
         size = 0
         try:
@@ -486,6 +597,50 @@ class Crawler:
             response.close()  # the rest is never read: drop the connection
             return body[:cap], True
         return body, False
+
+    async def _read_scanning(
+        self, response: aiohttp.ClientResponse, cap: int, scan: _LazyScan
+    ) -> tuple[bytes, bool]:
+        coding, decoder = self._decoder(response)
+        limit = self.settings.scan_bytes
+        kept: list[bytes] = []  # the first ``cap`` bytes (and a chunk more): the page's body
+        pending: list[bytes] = []  # bytes not yet fed to the scan (once it has started)
+        size = waiting = 0
+        try:
+            while size < limit:
+                data = await response.content.read(_CHUNK)
+                if not data:
+                    scan.complete = True
+                    break
+                self.stats.bytes_read += len(data)
+                while True:  # a decoder's output is taken a megabyte at a time
+                    chunk = data
+                    if decoder is not None:
+                        chunk = decoder.feed(data, min(limit - size, _SCAN_FEED))
+                    data = b""
+                    if size <= cap:
+                        kept.append(chunk)
+                    size += len(chunk)
+                    if size > cap:
+                        if scan.scan is None and not pending:
+                            pending, waiting = list(kept), size  # the page is long: scan it
+                        else:
+                            pending.append(chunk)
+                            waiting += len(chunk)
+                        if waiting >= _SCAN_FEED:  # the classifier's work, off the event loop
+                            await asyncio.to_thread(scan.feed, b"".join(pending))
+                            pending, waiting = [], 0
+                    if decoder is None or not decoder.pending or size >= limit:
+                        break
+        except (zlib.error, ValueError) as exc:
+            raise _Stop("error", f"cannot decode Content-Encoding {coding}: {exc}") from None
+        if size <= cap:
+            return b"".join(kept), False  # an ordinary page: classified from the spool
+        if pending:
+            await asyncio.to_thread(scan.feed, b"".join(pending))
+        if not scan.complete:
+            response.close()  # past scan_bytes: the rest is never read
+        return b"".join(kept)[:cap], True
 
     # -- politeness ------------------------------------------------------------------------
 
@@ -537,7 +692,7 @@ class Crawler:
             stop.by_site = True
             raise stop
         if entry.parser is not None:
-            allowed = entry.parser.can_fetch(target.url, self.settings.user_agent)
+            allowed = entry.parser.can_fetch(target.url, self.settings.robots_agent)
         else:
             allowed = entry.allow
         if not allowed:
@@ -555,7 +710,7 @@ class Crawler:
             del self._robots[next(iter(self._robots))]
         self._robots[target.origin] = entry
         if entry.parser is not None:
-            crawl_delay = entry.parser.crawl_delay(self.settings.user_agent)
+            crawl_delay = entry.parser.crawl_delay(self.settings.robots_agent)
             if crawl_delay:
                 if len(self._crawl_delays) >= 100_000:
                     del self._crawl_delays[next(iter(self._crawl_delays))]
@@ -612,7 +767,9 @@ class Crawler:
                 async with asyncio.timeout(self.settings.timeout):
                     self.stats.requests += 1
                     async with self._session.get(
-                        YURL(target.url, encoded=True), allow_redirects=False
+                        YURL(target.url, encoded=True),
+                        allow_redirects=False,
+                        headers=self._identity,
                     ) as response:
                         location = response.headers.get("Location")
                         body = b""
@@ -676,6 +833,22 @@ class Crawler:
                 task.cancel()
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
+
+
+class _LazyScan:
+    """A page scan started only once a body passes ``max_bytes`` (ordinary pages are
+    classified from the spool; no work is done twice for them)."""
+
+    def __init__(self, scanner: Scanner, content_type: str | None) -> None:
+        self.scanner = scanner
+        self.content_type = content_type
+        self.scan: PageScan | None = None
+        self.complete = False
+
+    def feed(self, data: bytes) -> None:
+        if self.scan is None:
+            self.scan = self.scanner(self.content_type)
+        self.scan.feed(data)
 
 
 def _host_key(url: str) -> str:

@@ -28,6 +28,9 @@ class Page:
     #: The queue's key of the job this page answers: the classifier finishes the job once
     #: the page's verdict is stored, so a learner that dies before loses nothing.
     job: str | None = None
+    #: What the crawler found out about the page on the way, kept with the verdict (the
+    #: site answered another identity differently: cloaking).
+    note: str = ""
 
     def header(self, name: str) -> str | None:
         """The first header called ``name`` (any case), or None."""

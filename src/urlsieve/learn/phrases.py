@@ -34,8 +34,9 @@ normalises page text, so width, case and Traditional/Simplified variants match.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -126,6 +127,20 @@ class PhraseSet:
         for path, category, weight in lexicons:
             reader.read_lexicon(os.fspath(path), category, weight)
         return cls(tuple(reader.phrases), tuple(reader.errors))
+
+    def renamed(self, rename: Callable[[str], str]) -> PhraseSet:
+        """The same phrases with each category renamed (the base lists' spelling of it:
+        ``Gambling`` → ``gambling``)."""
+        phrases = tuple(
+            p if p.category is None else dataclasses.replace(p, category=rename(p.category))
+            for p in self.phrases
+        )
+        return PhraseSet(phrases, self.errors)
+
+    @property
+    def categories(self) -> set[str]:
+        """Every category of the phrases."""
+        return {p.category for p in self.phrases if p.category is not None}
 
 
 @dataclass

@@ -34,6 +34,27 @@ is the administrator's, not the site's, choice.
 The crawler honours robots.txt (``learn.crawl.robots``, on by default): it does not read
 what a site asks robots not to read — and the site's URL is then unclassifiable, blocked
 by default, never "allowed for ever".
+
+**Cloaking** (issue 30, item 5). The crawler fetches as a browser does (a browser's
+User-Agent, Accept and Accept-Language: ``learn.crawl.user_agent``, ``accept``,
+``accept_language``). A page that classifies clean is fetched once more under a second
+identity (``learn.crawl.check_user_agent``, the crawler saying what it is; ``""`` turns the
+check off), and classified again: where the two disagree the worse verdict wins (the
+dirty page is the one kept and spooled) and the disagreement is in the verdict's note,
+which ``learn show`` prints. Only clean pages are fetched twice, since a second look can
+only make a verdict worse: the cost is one more request and one more classification per
+clean page (and none per dirty page). A second fetch that ends without a page (many
+sites refuse bots) changes nothing: that is not evidence of a dirty page. The check needs
+the classifier in the crawling process: a ``--crawl-only`` learner takes no second look.
+
+**Long pages** (issue 30, item 7). A page longer than ``learn.crawl.max_bytes`` is read
+on, up to ``learn.crawl.scan_bytes`` (32 MB by default), and classified as it is read
+(:class:`~urlsieve.learn.classify.PageScan`, memory bounded by a segment of 1 MiB and the
+first ``max_bytes`` kept as the page); its verdict is stored at once, the page is not
+spooled. Past ``scan_bytes`` — or when the crawler has no classifier (``--crawl-only``),
+so only the first ``max_bytes`` reach the classifier — a page is blocked when what was
+read is dirty, and otherwise gets an ``unclassifiable`` verdict with reason
+``too-large``: a clean verdict is never given on a sample that padding can fill.
 """
 
 from __future__ import annotations
@@ -67,6 +88,7 @@ __all__ = [
     "category_of",
     "learned_from",
     "redirect_verdict",
+    "too_large_verdicts",
     "unclassifiable_verdict",
 ]
 
@@ -99,6 +121,11 @@ class LearnStats:
     queue_errors: int = 0
     spool_errors: int = 0
     stale: int = 0  # pages whose job another learner had finished first
+    #: URLs not fetched because the guard refused their address or port, by the setting
+    #: that would allow them (``learn.crawl.allow_networks``, ``learn.crawl.ports``).
+    refused: Counter[str] = field(default_factory=Counter)
+    second_looks: int = 0  # clean pages fetched again as the second identity
+    cloaked: int = 0  # ... that were dirty that way (cloaking)
     overlay_builds: int = 0
     overlay_seconds: float = 0.0
     latency_buckets: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS))
@@ -133,6 +160,15 @@ class LearnStats:
         out += [
             "# TYPE urlsieve_learn_queue_errors_total counter",
             f"urlsieve_learn_queue_errors_total {self.queue_errors}",
+            "# TYPE urlsieve_learn_refused_total counter",
+            *(
+                f'urlsieve_learn_refused_total{{setting="{_label(k)}"}} {v}'
+                for k, v in self.refused.items()
+            ),
+            "# TYPE urlsieve_learn_second_looks_total counter",
+            f"urlsieve_learn_second_looks_total {self.second_looks}",
+            "# TYPE urlsieve_learn_cloaked_total counter",
+            f"urlsieve_learn_cloaked_total {self.cloaked}",
             "# TYPE urlsieve_learn_overlay_builds_total counter",
             f"urlsieve_learn_overlay_builds_total {self.overlay_builds}",
         ]
@@ -169,6 +205,7 @@ def learned_from(page: Page, result: Classification, now: float) -> list[Learned
     reached through redirects the final URL too."""
     digest = hashlib.sha256(page.body).hexdigest()
     evidence = tuple((h.phrase, h.weight, h.count) for h in result.evidence[:10])
+    note = f"{result.reason}; {page.note}" if page.note else result.reason
     blocked = result.blocked
     category = category_of(result)
     urls = [page.url]
@@ -195,10 +232,44 @@ def learned_from(page: Page, result: Classification, now: float) -> list[Learned
                 fetched_at=page.fetched_at,
                 first_seen=page.queued_at,
                 decided_at=now,
-                note=result.reason,
+                note=note[:1000],
             )
         )
     return out
+
+
+def too_large_verdicts(
+    page: Page, result: Classification, now: float, action: str = "block"
+) -> list[Learned]:
+    """The verdicts on a page only part of which was classified (longer than the crawler's
+    ``scan_bytes``, or than ``max_bytes`` without a scan): what was read decides when it
+    is dirty; a clean part gives ``unclassifiable`` (``too-large``), never a clean verdict
+    — padding could fill any sample."""
+    if result.blocked:
+        return learned_from(page, result, now)
+    out = []
+    for verdict in learned_from(page, result, now):
+        out.append(
+            dataclasses.replace(
+                verdict,
+                action=action,
+                category=UNCLASSIFIABLE,
+                note=(
+                    f"unclassifiable (too-large): only the first {result.chars} characters "
+                    f"were classified ({result.reason}); a longer page is not learned clean"
+                    + (f"; {page.note}" if page.note else "")
+                )[:1000],
+            )
+        )
+    return out
+
+
+def _setting_of(reason: str) -> str:
+    """The setting a refusal's reason names (the one that would allow the fetch)."""
+    for setting in ("learn.crawl.ports", "learn.crawl.allow_networks"):
+        if setting in reason:
+            return setting
+    return "other"
 
 
 def _job_of(page: Page) -> Job:
@@ -326,7 +397,10 @@ class Learner:
         inflight: set[asyncio.Task[tuple[Job, Fetched | Exception]]] = set()
         backoff = self.poll_seconds
         try:
-            async with Crawler(self.crawl_settings, check_hop=self.check_hop) as crawler:
+            scanner = None if self.classifier is None else self.classifier.scan
+            async with Crawler(
+                self.crawl_settings, check_hop=self.check_hop, scanner=scanner
+            ) as crawler:
                 while not stop.is_set():
                     jobs: list[Job] = []
                     room = self.batch - len(inflight)
@@ -366,9 +440,44 @@ class Learner:
 
     async def _fetch(self, crawler: Crawler, job: Job) -> tuple[Job, Fetched | Exception]:
         try:
-            return job, await crawler.fetch(job.url, queued_at=job.first_seen)
+            fetched = await crawler.fetch(job.url, queued_at=job.first_seen)
+            if fetched.page is not None and self.classifier is not None:
+                fetched = await self._second_look(crawler, job, fetched)
+            return job, fetched
         except Exception as exc:  # the crawler never raises for the network; a bug might
             return job, exc
+
+    def _judge(self, fetched: Fetched) -> Classification:
+        assert self.classifier is not None and fetched.page is not None
+        if fetched.scan is not None:
+            return fetched.scan
+        return self.classifier.classify_page(fetched.page)
+
+    async def _second_look(self, crawler: Crawler, job: Job, first: Fetched) -> Fetched:
+        """Cloaking: a clean page is fetched again as ``check_user_agent``; the worse of the
+        two is kept, the disagreement noted on its page (see the module docstring)."""
+        other = self.crawl_settings.check_user_agent
+        if not other:
+            return first
+        seen = await asyncio.to_thread(self._judge, first)
+        if seen.blocked or seen.truncated:  # dirty, or unclassifiable (too-large) anyway
+            return first
+        second = await crawler.fetch(job.url, queued_at=job.first_seen, user_agent=other)
+        self.stats.second_looks += 1
+        if second.page is None:
+            return first
+        judged = await asyncio.to_thread(self._judge, second)
+        if not judged.blocked:
+            return first
+        self.stats.cloaked += 1
+        note = (
+            f"cloaking: as a browser ({self.crawl_settings.user_agent[:40]}...) the page was "
+            f"clean ({seen.reason}), as {other[:80]!r} it was blocked ({judged.reason}); "
+            "the worse verdict is kept"
+        )
+        self.log(f"{job.url[:200]!r}: {note}")
+        assert second.page is not None
+        return dataclasses.replace(second, page=dataclasses.replace(second.page, note=note))
 
     def _finish(self, spool: Spool, results: list[tuple[Job, Fetched | Exception]]) -> None:
         """Hand the fetched pages of a batch to the spool with one fsync, then tell the
@@ -383,7 +492,16 @@ class Learner:
                 retry.append(job)
                 continue
             self.stats.outcomes[fetched.outcome] += 1
-            if fetched.outcome == "page" and fetched.page is not None:
+            if fetched.outcome == "page" and fetched.page is not None and fetched.scan is not None:
+                # A long page, classified as it was read: its verdict now, no spooling.
+                page, scan = fetched.page, fetched.scan
+                self.stats.classified[category_of(scan)] += 1
+                if scan.truncated:
+                    verdicts += too_large_verdicts(page, scan, now, self.unclassifiable)
+                else:
+                    verdicts += learned_from(page, scan, now)
+                kept.append(job)
+            elif fetched.outcome == "page" and fetched.page is not None:
                 # Done by the classifier, once the verdict is stored (the job stays leased).
                 pages.append(dataclasses.replace(fetched.page, job=job.key))
             elif fetched.outcome == "redirect-blocked":
@@ -399,6 +517,7 @@ class Learner:
                     retry.append(job)
                 else:
                     if fetched.outcome == "refused":  # the reason names the setting to change
+                        self.stats.refused[_setting_of(fetched.reason)] += 1
                         self.log(f"not fetched {job.url[:200]!r}: {fetched.reason}")
                     kept.append(job)
         try:
@@ -495,6 +614,8 @@ class Learner:
         assert self.classifier is not None
         result = self.classifier.classify_page(page)
         self.stats.classified[category_of(result)] += 1
+        if page.truncated or result.truncated:  # only part of the page was read
+            return too_large_verdicts(page, result, self.clock(), self.unclassifiable)
         return learned_from(page, result, self.clock())
 
     def rebuild(self) -> None:

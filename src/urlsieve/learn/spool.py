@@ -31,7 +31,8 @@ crawler got them (Latin-1) and the body *decoded*; so that WARC tools read it ri
 ``X-Urlsieve-Original-<name>`` and a ``Content-Length`` of the stored body is added
 last (the reader restores the original list exactly). The :class:`Page` fields HTTP
 has no place for are WARC headers: ``WARC-Urlsieve-Start-URI``, ``-Hops`` (JSON),
-``-Fetched-At``, ``-Queued-At``, ``-Truncated``, ``-Job`` (the queue's key, escaped).
+``-Fetched-At``, ``-Queued-At``, ``-Truncated``, ``-Job`` (the queue's key, escaped),
+``-Note`` (escaped).
 URLs are written as printable ASCII (other characters percent-escaped, which the
 crawler's canonical URLs never have);
 CR and LF in a header (no HTTP parser lets one through) become spaces.
@@ -160,6 +161,8 @@ def _record(page: Page) -> bytes:
         headers.append(("WARC-Urlsieve-Queued-At", repr(float(page.queued_at))))
     if page.job is not None:
         headers.append(("WARC-Urlsieve-Job", quote(page.job, safe="")))
+    if page.note:
+        headers.append(("WARC-Urlsieve-Note", quote(page.note, safe=" ")))
     headers.append(("Content-Length", str(len(block))))
     head = "WARC/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
     return head.encode("ascii") + block + b"\r\n\r\n"
@@ -416,6 +419,7 @@ def _page(data: bytes) -> Page | None:
         hops=tuple(hops),
         queued_at=None if queued is None else float(queued),
         job=None if job is None else unquote(job),
+        note=unquote(warc.get("warc-urlsieve-note", "")),
     )
 
 

@@ -44,7 +44,15 @@ import re
 import unicodedata
 from typing import Any
 
-__all__ = ["IGNORABLE", "decode", "html_text", "is_html", "normalise", "unconfuse"]
+__all__ = [
+    "IGNORABLE",
+    "decode",
+    "html_text",
+    "is_html",
+    "normalise",
+    "stream_charset",
+    "unconfuse",
+]
 
 #: How much of the body is searched for ``<meta charset>`` (the HTML standard says 1024).
 META_SNIFF_BYTES = 4096
@@ -225,6 +233,19 @@ def decode(body: bytes, content_type: str | None = None) -> tuple[str, str]:
         return body.decode(charset, "replace"), charset
     except LookupError:  # pragma: no cover - _codec only returns known codecs
         return body.decode("cp1252", "replace"), "cp1252"
+
+
+def stream_charset(head: bytes, content_type: str | None = None) -> tuple[str, int]:
+    """The codec :func:`decode` would choose from the first bytes ``head`` of a longer body
+    (the same order: BOM, header, ``<meta>``, valid UTF-8 — of ``head`` —, detection,
+    windows-1252) and the length of its byte-order mark, which is not text."""
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return name, len(bom)
+    charset = _header_charset(content_type) or _meta_charset(head)
+    if charset is None:
+        charset = "utf-8" if _utf8(head) is not None else (_detect(head) or "cp1252")
+    return charset, 0
 
 
 def is_html(content_type: str | None, body: bytes = b"") -> bool:

@@ -54,6 +54,9 @@ class Explanation:
     probes: list[str] = field(default_factory=list)
     #: Every enforced category with a matching rule (filled by :meth:`Filter.explain`).
     matching: list[str] = field(default_factory=list)
+    #: Why a learned rule was learned: its provenance comment (score, phrases, page hash,
+    #: note), when the learned overlay decided (:class:`urlsieve.layered.LayeredFilter`).
+    evidence: str | None = None
 
     @property
     def rule(self) -> Rule | None:
@@ -70,6 +73,8 @@ class Explanation:
                 f"decision:  {rule.action} by {rule.pattern!r} "
                 f"(category {rule.category}, {rule.where})"
             )
+        if self.evidence:
+            lines.append(f"learned:   {self.evidence}")
         if self.matching:
             lines.append(f"matching:  {', '.join(self.matching)} (every category with a rule)")
         return "\n".join(lines)
