@@ -58,12 +58,14 @@ from urlsieve.seen.base import ClosingStore, cast_params, parse_spec
 
 __all__ = [
     "BANDS",
+    "BURST_WINDOW",
     "Batch",
     "ClosingQueue",
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_RECHECK",
     "Job",
     "MAX_CLIENTS",
+    "MAX_SITE",
     "MAX_URL_BYTES",
     "MemoryQueue",
     "QUEUE_BACKENDS",
@@ -156,6 +158,12 @@ class QueueStats:
         return out
 
 
+#: How long a site's burst count lasts (``admit``): a day, as the queue's ``recheck``.
+BURST_WINDOW = 86_400.0
+#: The longest site name counted (a longer one is counted under its first bytes).
+MAX_SITE = 255
+
+
 @runtime_checkable
 class UnknownQueue(Protocol):
     """The queue of unknown URLs (see the module docstring for the semantics)."""
@@ -178,6 +186,12 @@ class UnknownQueue(Protocol):
 
     def depth(self) -> int:
         """URLs waiting or leased."""
+        ...
+
+    def admit(self, site: str, limit: int, window: float = BURST_WINDOW) -> bool:
+        """Count one request of the unknown ``site`` (every process sharing the queue counts
+        into one number); True while the count is at most ``limit``. A count older than
+        ``window`` seconds starts again."""
         ...
 
     def stats(self) -> QueueStats: ...
@@ -362,6 +376,7 @@ class MemoryQueue(ClosingQueue):
         )
         self._seq = 0
         self._closed = False
+        self._bursts: dict[str, tuple[int, float]] = {}
 
     def _open(self) -> dict[bytes, _Entry]:
         if self._closed:
@@ -402,6 +417,19 @@ class MemoryQueue(ClosingQueue):
             self._counts["sightings"] += batch.sightings
             self._counts["queued"] += queued
         return queued
+
+    def admit(self, site: str, limit: int, window: float = BURST_WINDOW) -> bool:
+        now = self._clock()
+        key = str(site)[:MAX_SITE]
+        with self._lock:
+            self._open()
+            count, since = self._bursts.get(key, (0, now))
+            if now - since >= window:
+                count, since = 0, now
+            if count >= limit:
+                return False
+            self._bursts[key] = (count + 1, since)
+            return True
 
     def _rank(self, e: _Entry) -> tuple[int, int, float, int]:
         b = band(e.host not in self._judged, e.requests, len(e.clients))
