@@ -37,6 +37,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from urlsieve._notify import notify_change
 from urlsieve.filter import Filter
@@ -164,7 +165,7 @@ def _sites(verdicts: Iterable[Learned]) -> dict[str, _Site]:
     return sites
 
 
-def site_report(verdicts: Iterable[Learned], host: str, after: int) -> dict[str, object]:
+def site_report(verdicts: Iterable[Learned], host: str, after: int) -> dict[str, Any]:
     """What ``learn show`` says of ``host``'s site: its registrable domain, the domain's
     verdict (promoted, known clean, or none yet), and its pages that decide otherwise."""
     verdicts = list(verdicts)

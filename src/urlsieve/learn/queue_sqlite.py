@@ -91,7 +91,7 @@ CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT RO
 # Not part of the versioned schema: made by the first ``admit`` (a gateway's), read by no
 # one else, so a queue file of an older urlsieve gains it without a migration.
 _BURST = (
-    "CREATE TABLE IF NOT EXISTS bursts (site TEXT PRIMARY KEY, passed INTEGER NOT NULL, "
+    "CREATE TABLE IF NOT EXISTS bursts (site BLOB PRIMARY KEY, passed INTEGER NOT NULL, "
     "since REAL NOT NULL) WITHOUT ROWID"
 )
 # One statement: count the request when the site is under its limit (or its count is
@@ -460,7 +460,8 @@ class SqliteQueue(ClosingQueue):
             if not self._bursts_ready:
                 db.execute(_BURST)
                 self._bursts_ready = True
-            cursor = db.execute(_ADMIT, (str(site)[:MAX_SITE], now, limit, window))
+            name = str(site).encode("utf-8", "surrogatepass")[:MAX_SITE]
+            cursor = db.execute(_ADMIT, (name, now, limit, window))
             return cursor.rowcount > 0
 
     def _states(self, db: sqlite3.Connection) -> tuple[int, int]:

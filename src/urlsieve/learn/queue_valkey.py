@@ -478,7 +478,7 @@ class ValkeyQueue(ClosingQueue):
     def admit(self, site: str, limit: int, window: float = BURST_WINDOW) -> bool:
         if limit <= 0:
             return False
-        key = f"{self._p}:b:{str(site)[:MAX_SITE]}"
+        key = f"{self._p}:b:".encode() + str(site).encode("utf-8", "surrogatepass")[:MAX_SITE]
         ttl = max(1, math.ceil(window))
 
         def count() -> int:
