@@ -236,6 +236,7 @@ class BurstGate:
         self._spent: dict[str, float] = {}  # site → when it was found over its limit
         self._local: dict[str, int] = {}  # counts while the store is unreachable
         self._failing = False
+        site_of("http://warm.example/")  # reads the suffix list now, not at a request
 
     def allow(self, site: str) -> bool:
         """Count one request of ``site``; True when it may pass. Never raises."""

@@ -33,6 +33,11 @@ Semantics every backend keeps (one contract test proves them):
   many it completed, so a learner can discard work on a URL someone else finished.
   ``retry`` is accepted only from the current lease holder; it puts the job back after
   ``delay`` seconds, and after ``max_attempts`` tries the URL is done as *failed*.
+- **Burst counts.** ``admit(site, limit)`` counts one request of an unknown site for the
+  gateway's burst cap (``learn.burst``) in the store every gateway process shares (SQLite:
+  a ``bursts`` table made on first use; Valkey: one counter key per site with a TTL) and
+  says whether the count is within ``limit``; a count older than ``window`` (a day)
+  starts again.
 - **Hostile URLs.** Any ``str`` is stored exactly (lone surrogates and control characters
   included, as UTF-8 with ``surrogatepass``); an empty URL, a non-string or one longer than
   ``max_url`` bytes is dropped and counted (``stats().dropped``): ``offer`` never raises for
