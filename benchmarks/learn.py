@@ -240,7 +240,14 @@ def gateway(config_path: Path, *, notify: bool = True) -> Iterator[tuple[Any, An
         stderr=subprocess.DEVNULL,
     )
     try:
-        time.sleep(1.0)  # the learner loads its lists
+        # Started untimed: the learner has loaded its lists (and the base rules, for its
+        # redirect check) once it has written its first overlay.
+        overlay = Path(config.overlay or "")
+        for _ in range(1200):
+            if overlay.exists():
+                break
+            time.sleep(0.05)
+        time.sleep(0.2)
         yield live, helper, feed
     finally:
         learner.terminate()

@@ -46,6 +46,7 @@ def answer(gw: Learning, url: str) -> str:
 
 def test_subdomain_rotation_passes_three_then_the_site_is_learned(gw: Learning) -> None:
     answers = [answer(gw, gw.url(host, "/en/casino.html")) for host in ROTATION]
+    print(f"rotation over 40 subdomains: {answers.count('passed')} passed")
     assert answers.count("passed") <= 3, answers
     assert answers[:3] == ["passed"] * 3  # the first-time allow still lets a new site load
     assert set(answers[3:]) <= {"pending", "gambling"}, answers
@@ -71,6 +72,7 @@ def test_a_burst_of_150_urls_passes_three(gw: Learning) -> None:
     with ThreadPoolExecutor(16) as pool:  # Squid spreads them over its two helper children
         answers = list(pool.map(lambda u: answer(gw, u), urls))
     seconds = time.monotonic() - started
+    print(f"burst of 150: {answers.count('passed')} passed, {answers.count('pending')} pending")
     assert answers.count("passed") <= 3, answers
     assert answers.count("passed") >= 1
     assert set(answers) <= {"passed", "pending", "gambling"}
