@@ -281,3 +281,42 @@ def test_the_checking_page_escapes_what_it_shows(url: str) -> None:
         assert "<script>" not in page and "<b>" not in page
         assert "javascript:" not in page.split("<body>")[0]
         assert "\x00" not in page.split("<body>")[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    url=st.text(st.characters(blacklist_categories=()), max_size=300),
+    state=st.sampled_from(["checking", "allowed", "blocked"]),
+    category=st.none() | st.text(max_size=40),
+)
+def test_the_checking_page_never_lets_markup_through(
+    url: str, state: str, category: str | None
+) -> None:
+    page = pending_page(url, state, category)
+    head = page.partition("<body>")[0]
+    plain = pending_page(url.replace("<", ""), state, (category or "").replace("<", "") or None)
+    assert page.count("<") == plain.count("<")  # what is shown adds no markup
+    for text in (url, category or ""):
+        if "<" in text:
+            assert text not in page  # shown escaped only
+    if "refresh" in head and "url=" in head:
+        assert url.lower().startswith(("http://", "https://")) and url.isascii()
+
+
+def test_a_busy_store_does_not_hold_a_request(tmp_path: Path) -> None:
+    import sqlite3
+
+    spec = f"sqlite:{tmp_path / 'queue.db'}"
+    open_queue(spec).close()
+    config = GatewayConfig(lists=("x",), learn_queue=spec, unknown="allow-first")
+    logged: list[str] = []
+    gate = burst_gate(config, logged.append)
+    assert gate is not None
+    holder = sqlite3.connect(tmp_path / "queue.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # the learner in a long write
+    try:
+        assert [gate.allow("busy.test") for _ in range(4)] == [True, True, True, False]
+        assert logged and "counting in this process" in logged[0]
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()

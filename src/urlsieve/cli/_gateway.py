@@ -9,7 +9,16 @@ from typing import Any
 from urlsieve.gateway.config import GatewayConfig
 from urlsieve.gateway.unknown import BurstGate, UnknownFeed
 
-__all__ = ["add_rule_options", "burst_gate", "rule_overrides", "unknown_feed"]
+__all__ = [
+    "BURST_STORE_SECONDS",
+    "add_rule_options",
+    "burst_gate",
+    "rule_overrides",
+    "unknown_feed",
+]
+
+#: How long a request waits at most for the burst count in the queue's store.
+BURST_STORE_SECONDS = 0.25
 
 
 def add_rule_options(p: argparse.ArgumentParser) -> None:
@@ -53,5 +62,15 @@ def burst_gate(config: GatewayConfig, log: Callable[[str], None]) -> BurstGate |
         return None
     from urlsieve.learn.queue import open_queue
 
-    queue = open_queue(config.learn_queue)
+    # On the request path: a store that does not answer within these bounds is skipped for
+    # that request (the gate counts in this process and says so), never waited for.
+    scheme = config.learn_queue.split(":", 1)[0].lower()
+    bounds = (
+        {"busy_timeout": BURST_STORE_SECONDS}
+        if scheme == "sqlite"
+        else {"timeout": BURST_STORE_SECONDS}
+        if scheme in ("valkey", "valkeys", "redis", "rediss", "unix")
+        else {}
+    )
+    queue = open_queue(config.learn_queue, **bounds)
     return BurstGate(queue.admit, config.burst, log=log)
