@@ -167,7 +167,8 @@ def _sites(verdicts: Iterable[Learned]) -> dict[str, _Site]:
 
 def site_report(verdicts: Iterable[Learned], host: str, after: int) -> dict[str, Any]:
     """What ``learn show`` says of ``host``'s site: its registrable domain, the domain's
-    verdict (promoted, known clean, or none yet), and its pages that decide otherwise."""
+    verdict (an operator's or promoted; else known clean, mostly clean or unknown), and
+    its pages that decide otherwise (a promoted site's clean pages, a clean site's dirty ones)."""
     verdicts = list(verdicts)
     domain = learning_domain(host)
     site = _sites(verdicts).get(domain, _Site())
@@ -183,6 +184,11 @@ def site_report(verdicts: Iterable[Learned], host: str, after: int) -> dict[str,
         state = f"{verdict.action} {verdict.category}"
     elif domain in clean_domains(verdicts, after):
         exceptions, state = [], "known clean"
+    elif after > 0 and site.clean >= after and site.clean > sum(site.blocked.values()):
+        # The reverse of a promoted site: mostly clean, its blocked pages are exceptions,
+        # and new pages are not let through on trust (they wait for their own verdict).
+        exceptions = list(itertools.chain.from_iterable(site.examples.values()))
+        state = "mostly clean (not trusted: new pages wait for their own verdict)"
     else:
         exceptions, state = [], "unknown"
     pages = sum(site.blocked.values()) + len(site.allowed)
