@@ -366,9 +366,10 @@ class SquidHelper:
             why = "not classified yet: queued for learning"
             return self._block(request, UNKNOWN_CATEGORY, "-", why)
         if self.burst is not None and not self._within_burst(request.target):
+            reply = self._pending(request)  # counted once it is rendered
             stats.blocked += 1
             stats.unknown_pending += 1
-            return self._pending(request)
+            return reply
         stats.allowed += 1
         stats.unknown_passed += 1
         return format_reply(request.channel, "ERR")

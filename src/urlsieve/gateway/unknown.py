@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from urlsieve.exceptions import InvalidURL
 from urlsieve.url import parse_url
 from urlsieve.url.expressions import learning_domain
 
@@ -197,12 +196,13 @@ class UnknownFeed:
 
 def site_of(url: str) -> str | None:
     """The site a URL belongs to for the burst cap (its registrable domain:
-    :func:`~urlsieve.url.expressions.learning_domain`); None when it has no host."""
+    :func:`~urlsieve.url.expressions.learning_domain`); None when it has no host (never
+    raises: the caller is on the request path)."""
     try:
         host = parse_url(url).host
-    except InvalidURL:
+        return learning_domain(host) if host else None
+    except Exception:  # InvalidURL, or anything a hostile name trips: no site
         return None
-    return learning_domain(host) if host else None
 
 
 class BurstGate:
