@@ -123,6 +123,15 @@ def learned_evidence(rule: Rule) -> str | None:
     return previous.lstrip("# ")[:_MAX_EVIDENCE] or None
 
 
+def _clean_domains(overlay: Filter | None) -> frozenset[str]:
+    """The ``clean_domains`` of an overlay snapshot's metadata (anything else: none)."""
+    info = overlay.info if overlay is not None else None
+    found = info.meta.get("clean_domains") if info is not None else None
+    if not isinstance(found, list):
+        return frozenset()
+    return frozenset(d for d in found if isinstance(d, str))
+
+
 class LayeredFilter(Filter):
     """``base``'s verdicts, and ``overlay``'s where the base has no rule.
 
@@ -139,6 +148,9 @@ class LayeredFilter(Filter):
         rules = overlay.rules if overlay is not None else []
         self._query_hosts = frozenset(r.host for r in rules if r.query is not None)
         self._query_ips = any(r.is_ip for r in rules if r.query is not None)
+        #: Sites the learner knows clean (:func:`urlsieve.learn.overlay.clean_domains`):
+        #: the gateway lets their new pages pass without the burst cap.
+        self.clean_domains: frozenset[str] = _clean_domains(overlay)
 
     @overload
     def _form(self, url: str) -> str: ...

@@ -315,6 +315,7 @@ def test_openapi_document(client: TestClient) -> None:
         "/v1/check",
         "/v1/explain",
         "/v1/continue",
+        "/v1/pending",
         "/v1/seen",
         "/v1/reload",
         "/metrics",

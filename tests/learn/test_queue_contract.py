@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.seen.valkey_fixtures import ServerProcess, drop_prefix, unique_prefix
@@ -458,3 +458,34 @@ def test_a_job_of_a_generation_purged_and_queued_again_is_stale(case: Case) -> N
     assert q.done([second[b]]) == 0  # the lease of b's old generation: stale
     (fresh,) = q.claim("l", 10)
     assert fresh.url == b and q.done([fresh]) == 1
+
+
+# -- the burst count of unknown sites (issue 30, item 2) --------------------------------
+
+
+def test_admit_counts_a_site_across_openers_up_to_the_limit(case: Case) -> None:
+    other = case.open() if case.kind != "memory" else case.queue  # another gateway process
+    try:
+        answers = [q.admit("evil.test", 3) for q in (case.queue, other) * 3]
+        assert answers == [True, True, True, False, False, False]
+        assert case.queue.admit("other.test", 3)  # each site has its own count
+        assert not case.queue.admit("zero.test", 0)  # a limit of 0 lets nothing through
+        assert [case.queue.admit("w.test", 1, window=100) for _ in range(2)] == [True, False]
+        case.clock.advance(101)
+        if case.kind == "valkey":  # Valkey expires the count by its own clock
+            assert other.admit("w2.test", 1, window=1)
+            time.sleep(1.1)
+            assert other.admit("w2.test", 1, window=1)
+        else:
+            assert other.admit("w.test", 1, window=100)  # the window is over: counted again
+    finally:
+        if other is not case.queue:
+            other.close()
+
+
+@given(site=st.text(st.characters(blacklist_categories=()), max_size=400))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_admit_takes_any_site_name(case: Case, site: str) -> None:
+    assert case.queue.admit(site, 1000) is True

@@ -9,6 +9,7 @@ unknown dirty page passes and a later one is blocked with the learned category; 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -70,12 +71,18 @@ class Learning:
         return self.log.read_text("utf-8", "replace")
 
 
-def _config(directory: Path, state: Path, unknown: str) -> Path:
+def _config(
+    directory: Path,
+    state: Path,
+    unknown: str,
+    *,
+    hosts: dict[str, str],
+    promote_after: int = 0,
+) -> Path:
     lists = directory / "lists"
     (lists / "blocked").mkdir(parents=True)
     (lists / "blocked" / "domains").write_text(f"{BLOCKED_HOST}\n", encoding="utf-8")
     (directory / "allow").write_text("probe.test\n", encoding="utf-8")
-    hosts = dict.fromkeys((*HOSTS, BLOCKED_HOST, "probe.test"), "127.0.0.1")
     phrases = directory / "phrases"
     shutil.copytree(PHRASES, phrases)
     config = directory / "urlsieve.toml"
@@ -99,7 +106,7 @@ phrases = ["{phrases / "weightedphraselist"}"]
 banned = ["{phrases / "bannedphraselist"}"]
 exceptions = ["{phrases / "exceptionphraselist"}"]
 limit = 50
-promote_after = 0
+promote_after = {promote_after}
 batch = 8
 
 [learn.crawl]
@@ -117,24 +124,28 @@ segment_seconds = 0.1
     return config
 
 
-@pytest.fixture(params=["allow-first", "block"])
-def learning(request: pytest.FixtureRequest) -> Iterator[Learning]:
+@contextlib.contextmanager
+def learning_gateway(
+    unknown: str, *, promote_after: int = 0, extra_hosts: tuple[str, ...] = ()
+) -> Iterator[Learning]:
+    """A real Squid (2 helper children) with the learner beside it, on a loopback origin
+    that serves every name in ``HOSTS`` and ``extra_hosts``."""
     squid_binary()
-    unknown: str = request.param
     directory = world_readable_tempdir("urlsieve-learn-")
     try:
         wrapper = stage_runtime(directory / "runtime")
         state = directory / "state"
         state.mkdir()
-        config = _config(directory, state, unknown)
+        hosts = dict.fromkeys((*HOSTS, *extra_hosts, BLOCKED_HOST, "probe.test"), "127.0.0.1")
+        config = _config(directory, state, unknown, hosts=hosts, promote_after=promote_after)
         # The queue is shared by Squid's helpers (the proxy user) and the learner (us).
         open_queue(f"sqlite:{state / 'queue.db'}").close()
         make_world_readable(directory)
         os.chmod(state, 0o777)
         os.chmod(state / "queue.db", 0o666)
-        with origin_server({**PAGES, **ATTACK_PAGES}) as origin:
-            hosts = dict.fromkeys((*HOSTS, BLOCKED_HOST, "probe.test"), "127.0.0.1")
-            with running_squid(
+        with (
+            origin_server({**PAGES, **ATTACK_PAGES}) as origin,
+            running_squid(
                 wrapper,
                 config,
                 directory,
@@ -142,26 +153,33 @@ def learning(request: pytest.FixtureRequest) -> Iterator[Learning]:
                 children=2,
                 concurrency=4,
                 probe_url=f"http://probe.test:{origin.port}/en/clean.html",
-            ) as squid:
-                log = directory / "learner.log"
-                with open(log, "wb") as out:
-                    learner = subprocess.Popen(
-                        [sys.executable, "-m", "urlsieve", "learn", "--config", str(config),
-                         "run", "--consumer", "test-learner"],
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                    )  # fmt: skip
+            ) as squid,
+        ):
+            log = directory / "learner.log"
+            with open(log, "wb") as out:
+                learner = subprocess.Popen(
+                    [sys.executable, "-m", "urlsieve", "learn", "--config", str(config),
+                     "run", "--consumer", "test-learner"],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            try:
+                yield Learning(unknown, squid, origin, state, config, learner, log)
+            finally:
+                learner.send_signal(signal.SIGTERM)
                 try:
-                    yield Learning(unknown, squid, origin, state, config, learner, log)
-                finally:
-                    learner.send_signal(signal.SIGTERM)
-                    try:
-                        learner.wait(timeout=20)
-                    except subprocess.TimeoutExpired:
-                        learner.kill()
-                        learner.wait()
+                    learner.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    learner.kill()
+                    learner.wait()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(params=["allow-first", "block"])
+def learning(request: pytest.FixtureRequest) -> Iterator[Learning]:
+    with learning_gateway(request.param) as gw:
+        yield gw
 
 
 def verdict(gw: Learning, url: str) -> tuple[int, str | None]:

@@ -7,9 +7,18 @@ from collections.abc import Callable
 from typing import Any
 
 from urlsieve.gateway.config import GatewayConfig
-from urlsieve.gateway.unknown import UnknownFeed
+from urlsieve.gateway.unknown import BurstGate, UnknownFeed
 
-__all__ = ["add_rule_options", "rule_overrides", "unknown_feed"]
+__all__ = [
+    "BURST_STORE_SECONDS",
+    "add_rule_options",
+    "burst_gate",
+    "rule_overrides",
+    "unknown_feed",
+]
+
+#: How long a request waits at most for the burst count in the queue's store.
+BURST_STORE_SECONDS = 0.25
 
 
 def add_rule_options(p: argparse.ArgumentParser) -> None:
@@ -40,3 +49,28 @@ def unknown_feed(config: GatewayConfig, log: Callable[[str], None]) -> UnknownFe
     from urlsieve.learn.sink import queue_sink
 
     return UnknownFeed(queue_sink(config.learn_queue), log=log)
+
+
+def burst_gate(config: GatewayConfig, log: Callable[[str], None]) -> BurstGate | None:
+    """The cap on requests of an unknown site (``learn.burst``), counted in the learner's
+    queue store through a connection of its own (the request path never waits for the
+    feed's batch writes); None unless ``learn.unknown = "allow-first"`` with
+    ``learn.pending`` other than ``pass``."""
+    if not config.learn_queue or config.unknown_policy != "allow-first":
+        return None
+    if config.pending == "pass":
+        return None
+    from urlsieve.learn.queue import open_queue
+
+    # On the request path: a store that does not answer within these bounds is skipped for
+    # that request (the gate counts in this process and says so), never waited for.
+    scheme = config.learn_queue.split(":", 1)[0].lower()
+    bounds = (
+        {"busy_timeout": BURST_STORE_SECONDS}
+        if scheme == "sqlite"
+        else {"timeout": BURST_STORE_SECONDS}
+        if scheme in ("valkey", "valkeys", "redis", "rediss", "unix")
+        else {}
+    )
+    queue = open_queue(config.learn_queue, **bounds)
+    return BurstGate(queue.admit, config.burst, log=log)

@@ -154,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
         promote_after=settings.promote_after,
         unclassifiable=settings.unclassifiable,
         segment_bytes=spool.get("segment_bytes", 64 << 20),
-        segment_seconds=spool.get("segment_seconds", 0.5),
+        segment_seconds=spool.get("segment_seconds", 0.1),
         spool_max_bytes=spool.get("max_bytes", 1 << 30),
         consumer=args.consumer,
         metrics_file=settings.directory / "learn.prom",
@@ -291,13 +291,20 @@ def _show(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         found = admin.find(args.url)
         refused = admin.refusal(args.url) if found is None else None
+        site = admin.site(args.url)
     if found is None:
+        if site["verdict"] is not None:
+            print(f"{rule_key(args.url)[0]}: no verdict of its own: its site's verdict decides")
+            _print_site(site)
+            return 0
         if refused is not None:
             print(f"{rule_key(args.url)[0]}: nothing learned: the crawler does not fetch it: "
                   f"{refused}")  # fmt: skip
         else:
             print(f"{rule_key(args.url)[0]}: nothing learned (unknown to the learner)")
+        _print_site(site)
         return 1
+    _print_site(site)
     print(f"rule:      {found.key}{'  (the whole host)' if found.is_host else ''}")
     print(f"verdict:   {found.action} ({found.category}), by {found.source}")
     if found.source != "override":
@@ -318,6 +325,22 @@ def _show(args: argparse.Namespace) -> int:
     if found.source == "override" and found.note:
         print(f"{'note:':<10} {found.note}")
     return 0
+
+
+def _print_site(site: dict[str, Any]) -> None:
+    """The site's lines of ``learn show``: its verdict, and the pages that differ from it."""
+    verdict = site["verdict"]
+    counts = ", ".join(f"{n} {c}" for c, n in sorted(site["blocked"].items()))
+    pages = f"{site['pages']} pages learned" + (
+        f" ({counts} blocked, {site['allowed']} allowed)" if site["pages"] else ""
+    )
+    print(f"site:      {site['domain']}: {site['state']}; {pages}")
+    if verdict is not None:
+        print(f"{'':<10} {verdict.note or f'by {verdict.source}'}")
+    for page in site["exceptions"][:20]:
+        print(f"exception: {page.action} ({page.category}) {page.key}  [{page.source}]")
+    if len(site["exceptions"]) > 20:
+        print(f"{'':<10} … {len(site['exceptions']) - 20} more exceptions")
 
 
 def _override(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from urlsieve._accel import slow_path_message
-from urlsieve.cli._gateway import add_rule_options, rule_overrides, unknown_feed
+from urlsieve.cli._gateway import add_rule_options, burst_gate, rule_overrides, unknown_feed
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import GatewayConfig, load_config, parse_bind
 from urlsieve.gateway.learning import LearnAdmin as LearnReview
@@ -71,8 +71,15 @@ def run(args: argparse.Namespace) -> int:
     limits = ServiceLimits()
     admin = learn_admin(config, log)
     feed = unknown_feed(config, log)
+    burst = burst_gate(config, log) if feed is not None else None
     app = create_app(
-        config, log=log, limits=limits, reload_on_sighup=True, unknown=feed, learn=admin
+        config,
+        log=log,
+        limits=limits,
+        reload_on_sighup=True,
+        unknown=feed,
+        learn=admin,
+        burst=burst,
     )
     try:
         if not serve(app, host, port, limits=limits, log_level=args.log_level, log=log):

@@ -7,14 +7,21 @@ import os
 from typing import Any
 
 from urlsieve._accel import slow_path_message
-from urlsieve.cli._gateway import add_rule_options, rule_overrides, unknown_feed
+from urlsieve.cli._gateway import add_rule_options, burst_gate, rule_overrides, unknown_feed
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import FailureMode, load_config
 from urlsieve.gateway.live import LiveRules
 from urlsieve.gateway.policy_helper import POLICY_FALLBACK_PAGE, PolicyHelper
 from urlsieve.gateway.protocol import HelperMode
-from urlsieve.gateway.ruleset import filter_loader, policy_loader, rules_watch
-from urlsieve.gateway.squid import HelperSettings, SquidHelper, serve, stderr_logger
+from urlsieve.gateway.ruleset import filter_loader, policy_loader, rules_notify, rules_watch
+from urlsieve.gateway.squid import (
+    HelperSettings,
+    HelperStats,
+    SquidHelper,
+    serve,
+    stderr_logger,
+)
+from urlsieve.gateway.unknown import UnknownStats
 from urlsieve.policy.blocklog import RequestLog
 
 _CHANNELS = {"auto": None, "yes": True, "no": False}
@@ -62,6 +69,19 @@ def register(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+def unknown_summary(stats: HelperStats, fed: UnknownStats) -> str:
+    """The exit line's part on unknown URLs: how they were answered and where their
+    sightings went, each list adding up to the unknown count."""
+    left = f", {fed.buffered} still buffered" if fed.buffered else ""
+    return (
+        f"{stats.unknown} unknown (answered: {stats.unknown_passed} passed, "
+        f"{stats.unknown_pending} pending, {stats.unknown_blocked} blocked; learning: "
+        f"{fed.delivered} queued, {fed.merged} merged with a buffered sighting, "
+        f"{fed.dropped} dropped, {fed.unsent} unsent at exit{left}; "
+        f"{fed.sink_errors} queue errors)"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     overrides = {
         **rule_overrides(args),
@@ -80,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         policy or filter_loader(config, log),
         watch=rules_watch(config),
         check_seconds=config.reload_check_seconds,
+        notify=rules_notify(config),
         log=log,
     )
     if not rules.loaded:
@@ -107,7 +128,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         feed = unknown_feed(config, log)
         block = config.unknown_policy == "block"
-        helper = SquidHelper(rules, settings, log=log, unknown=feed, block_unknown=block)
+        helper = SquidHelper(
+            rules,
+            settings,
+            log=log,
+            unknown=feed,
+            block_unknown=block,
+            burst=burst_gate(config, log) if feed is not None else None,
+            pending=config.pending,
+            pending_url=config.pending_url,
+        )
     try:
         status = serve(helper)
     finally:
@@ -125,11 +155,7 @@ def run(args: argparse.Namespace) -> int:
     stats = helper.stats
     learning = ""
     if helper.unknown is not None:
-        fed = helper.unknown.stats
-        learning = (
-            f", {stats.unknown} unknown ({fed.delivered} queued, {fed.dropped} dropped, "
-            f"{fed.sink_errors} queue errors)"
-        )
+        learning = ", " + unknown_summary(stats, helper.unknown.stats)
     log(
         f"end of input: {stats.requests} requests, {stats.blocked} blocked, "
         f"{stats.allowed} allowed, {stats.failures} failures, {stats.bad_lines} bad lines"

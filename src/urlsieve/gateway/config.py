@@ -45,6 +45,7 @@ from typing import Any
 
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.protocol import REDIRECT_STATUSES, HelperMode, validate_template
+from urlsieve.gateway.unknown import DEFAULT_BURST, PENDING_ANSWERS
 from urlsieve.policy.model import Policy
 from urlsieve.policy.native import POLICY_SECTIONS, has_policy, read_native
 
@@ -104,6 +105,13 @@ class GatewayConfig:
     learn_queue: str | None = None
     #: One of UNKNOWN_POLICIES; None: allow-first with a queue, allow without.
     unknown: str | None = None
+    #: ``allow-first``: requests of one unknown site (registrable domain) that pass.
+    burst: int = DEFAULT_BURST
+    #: What a request of an unknown site gets after its burst (PENDING_ANSWERS).
+    pending: str = "check"
+    #: The "checking this site" page (a block-page template: %u …); None: the block page
+    #: (``squid.redirect_url``) with category ``pending``.
+    pending_url: str | None = None
     #: Where each option was set: "default", "file", "env:NAME" or "option".
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
     source_file: str | None = None
@@ -170,6 +178,18 @@ class GatewayConfig:
                 f"learn.unknown={self.unknown!r}: use one of "
                 + ", ".join(repr(p) for p in UNKNOWN_POLICIES)
             )
+        if not 0 <= self.burst <= 1_000_000:
+            raise ConfigError(
+                f"learn.burst={self.burst}: use 0 to 1000000 requests of an unknown site "
+                "(default 3; learn.pending = 'pass' lifts the cap)"
+            )
+        if self.pending not in PENDING_ANSWERS:
+            raise ConfigError(
+                f"learn.pending={self.pending!r}: use one of "
+                + ", ".join(repr(p) for p in PENDING_ANSWERS)
+            )
+        if self.pending_url:
+            validate_template(self.pending_url)
         if self.unknown in ("allow-first", "block") and not self.learn_queue:
             raise ConfigError(
                 f"learn.unknown={self.unknown!r} queues unknown URLs for learning: set "
@@ -242,6 +262,9 @@ _OPTIONS: dict[str, tuple[str, str, str, str]] = {
     "overlay": ("learn", "overlay", "URLSIEVE_OVERLAY", "path"),
     "learn_queue": ("learn", "queue", "URLSIEVE_LEARN_QUEUE", "spec"),
     "unknown": ("learn", "unknown", "URLSIEVE_UNKNOWN", "str"),
+    "burst": ("learn", "burst", "URLSIEVE_BURST", "int"),
+    "pending": ("learn", "pending", "URLSIEVE_PENDING", "str"),
+    "pending_url": ("learn", "pending_url", "URLSIEVE_PENDING_URL", "str"),
 }
 
 #: Sections whose other keys belong to another reader (the learner reads all of [learn]
@@ -468,6 +491,12 @@ def describe(config: GatewayConfig) -> list[str]:
             f"unknown URLs: {unknown}, queued for learning in {config.learn_queue}"
             f"{origin('unknown')}"
         )
+        if unknown == "allow-first" and config.pending != "pass":
+            out.append(
+                f"unknown sites: {config.burst} requests of a site pass, then "
+                f"{'a checking page' if config.pending == 'check' else 'a block'} until "
+                f"its verdict (learn.burst, learn.pending){origin('burst')}"
+            )
     else:
         out.append(f"unknown URLs: allowed (no learn.queue: learning is off){origin('unknown')}")
     if config.overlay:

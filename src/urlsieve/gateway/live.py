@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Generic, TypeVar
 
+from urlsieve._notify import ChangeNotice
 from urlsieve.exceptions import NoRules, UrlsieveError
 
 __all__ = ["LiveRules", "NoRules", "file_signature"]
@@ -77,6 +78,11 @@ class LiveRules(Generic[T_co]):
     checks at every poll), or several: the rules first, then files that may come and go
     (a learned overlay). A loader with an ``invalidate()`` method is told when a reload
     is asked for explicitly (SIGHUP, :meth:`reload`), so it drops what it caches.
+
+    ``notify``: files whose writer bumps a change counter beside them
+    (:mod:`urlsieve._notify`, the learned overlay): each :meth:`poll` reads the counters
+    (one ``pread`` each) and checks the files at once when one moved, so a learned rule
+    applies from the next request, not after ``check_seconds``.
     """
 
     def __init__(
@@ -87,12 +93,14 @@ class LiveRules(Generic[T_co]):
         check_seconds: float = 1.0,
         log: Callable[[str], None] = lambda _msg: None,
         clock: Callable[[], float] = time.monotonic,
+        notify: Sequence[str] = (),
     ) -> None:
         self._load = load
         self._watch: tuple[str, ...] = (
             () if watch is None else (watch,) if isinstance(watch, str) else tuple(watch)
         )
         self._check_seconds = check_seconds
+        self._notices = tuple(ChangeNotice(path) for path in notify)
         self._log = log
         self._clock = clock
         self._current: _Loaded[T_co] | None = None
@@ -162,6 +170,9 @@ class LiveRules(Generic[T_co]):
             self._requested = False
             return self._reload("SIGHUP")
         now = self._clock()
+        moved = [n.changed() for n in self._notices]  # each read, so each is up to date
+        if any(moved):
+            self._next_check = now  # a writer said so: check the files now
         if now < self._next_check:
             return False
         self._next_check = now + self._check_seconds

@@ -32,6 +32,7 @@ __all__ = [
     "open_snapshot",
     "resolve_selection",
     "rules_info",
+    "rules_notify",
     "rules_watch",
     "snapshot_selection",
 ]
@@ -200,6 +201,13 @@ def rules_watch(config: GatewayConfig) -> list[str]:
     base = config.squidguard_conf or config.snapshot
     policed = config.policy is not None or config.squidguard_conf is not None
     return [p for p in (base, None if policed else config.overlay) if p]
+
+
+def rules_notify(config: GatewayConfig) -> list[str]:
+    """The files whose writer announces its changes (:mod:`urlsieve._notify`): the learned
+    overlay (not under a policy)."""
+    policed = config.policy is not None or config.squidguard_conf is not None
+    return [config.overlay] if config.overlay and not policed else []
 
 
 def filter_loader(

@@ -8,6 +8,7 @@ Endpoints (the OpenAPI document is served at ``/openapi.json``):
 ``GET /v1/explain``    ``?url=``: canonical form, expressions probed, deciding rule
 ``GET /v1/continue``   ``?url=``: the confirmation page of a policy warning (no grant)
 ``POST /v1/continue``  the page's form (``url``, ``token``): grant, then 303 to the URL
+``GET /v1/pending``    ``?url=``: the "checking this site" page of an unknown site
 ``POST /v1/seen``      ``{"op": "add"|"test", "urls": [...]}`` on the configured seen store
 ``GET /metrics``       Prometheus text: requests, decisions, latency, snapshot version/age
 ``GET /healthz``       200 when rules are loaded, 503 (with the reason) when not
@@ -80,8 +81,21 @@ from urlsieve.gateway.headers import (
 from urlsieve.gateway.learning import ACTIONS, SOURCES, LearnAdmin
 from urlsieve.gateway.live import LiveRules, NoRules
 from urlsieve.gateway.metrics import CONTENT_TYPE, Metrics
-from urlsieve.gateway.ruleset import filter_loader, policy_loader, rules_info, rules_watch
-from urlsieve.gateway.unknown import UNKNOWN_CATEGORY, UnknownFeed
+from urlsieve.gateway.pending import pending_page
+from urlsieve.gateway.ruleset import (
+    filter_loader,
+    policy_loader,
+    rules_info,
+    rules_notify,
+    rules_watch,
+)
+from urlsieve.gateway.unknown import (
+    PENDING_CATEGORY,
+    UNKNOWN_CATEGORY,
+    BurstGate,
+    UnknownFeed,
+    site_of,
+)
 from urlsieve.match.base import Explanation, Verdict
 from urlsieve.policy.clients import AddressSet, parse_address
 from urlsieve.policy.engine import BLOCK, WARN, Decision, PolicyEngine, Who
@@ -100,6 +114,8 @@ INLINE_CHARS = 8_192
 MAX_NUMBER_DIGITS = 64
 #: The file-change check never runs more often than this, whatever reload_check_seconds says.
 MIN_CHECK_SECONDS = 0.1
+#: How often the reloader reads the learned overlay's change counter (one ``pread``).
+NOTICE_SECONDS = MIN_CHECK_SECONDS
 #: ``GET /v1/learn/verdicts``: the default and the largest page, and the largest offset.
 LEARN_PAGE = 100
 MAX_LEARN_PAGE = 1000
@@ -156,6 +172,9 @@ class ServiceState:
     #: Where URLs no rule decides go for learning, and whether they are blocked meanwhile.
     unknown: UnknownFeed | None = None
     block_unknown: bool = False
+    #: The cap on requests of an unknown site (allow-first), and what comes past it.
+    burst: BurstGate | None = None
+    pending: str = "check"
     #: The learned verdicts, for review and override (``/v1/learn/*``); None: off.
     learn: LearnAdmin | None = None
     #: What continue confirmations are signed with (:func:`continue_key`).
@@ -606,21 +625,44 @@ def _check_batch(rules: Filter, urls: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def _learn(request: Request, state: ServiceState, results: list[dict[str, Any]]) -> None:
+async def _learn(request: Request, state: ServiceState, results: list[dict[str, Any]]) -> None:
     """Queue the URLs no rule decides (learning on); with ``learn.unknown = "block"`` they
-    are blocked until classified. Each such result says ``"unknown": true``."""
+    are blocked until classified, with the first-time allow a site past its burst
+    (``learn.burst``) gets the pending answer: ``block`` with category ``pending``
+    (``learn.pending = "check"``: the client shows ``/v1/pending``) or ``unclassified``
+    (``"block"``), and ``"pending": true``. Each such result says ``"unknown": true``."""
     feed = state.unknown
     if feed is None:
         return
     client = request.scope.get("client")
     peer = client[0] if client else None
-    for result in results:
-        if result.get("action") == "none":
-            feed.add(result["url"], peer)  # as asked: the filter's form drops the port
-            result["unknown"] = True
-            if state.block_unknown:
-                result["action"] = "block"
-                result["category"] = UNKNOWN_CATEGORY
+    unknown = [result for result in results if result.get("action") == "none"]
+    for result in unknown:
+        feed.add(result["url"], peer)  # as asked: the filter's form drops the port
+        result["unknown"] = True
+        if state.block_unknown:
+            result["action"] = "block"
+            result["category"] = UNKNOWN_CATEGORY
+    gate = state.burst
+    if gate is None or state.block_unknown or not unknown:
+        return
+    clean: frozenset[str] = getattr(_rules(state), "clean_domains", frozenset())
+    passes = await run_in_threadpool(_within_burst, gate, clean, [r["url"] for r in unknown])
+    category = PENDING_CATEGORY if state.pending == "check" else UNKNOWN_CATEGORY
+    for result, passed in zip(unknown, passes, strict=True):
+        if not passed:
+            result["action"] = "block"
+            result["category"] = category
+            result["pending"] = True
+
+
+def _within_burst(gate: BurstGate, clean: frozenset[str], urls: list[str]) -> list[bool]:
+    """Per URL whether it passes: its site known clean, or within the site's burst."""
+    out = []
+    for url in urls:
+        site = site_of(url)
+        out.append(site is not None and (site in clean or gate.allow(site)))
+    return out
 
 
 def _count(state: ServiceState, results: list[dict[str, Any]]) -> None:
@@ -647,7 +689,7 @@ async def check_one(request: Request) -> Response:
         result = verdict_json(url, await _off_loop(len(url), rules.check, url))
     except InvalidURL as exc:
         raise ApiError(422, "invalid_url", f"{exc.reason}: {url[:200]!r}") from None
-    _learn(request, state, [result])
+    await _learn(request, state, [result])
     _count(state, [result])
     return JSONResponse(result)
 
@@ -667,7 +709,7 @@ async def check_batch(request: Request) -> Response:
         return await _off_loop(cost, JSONResponse, {"results": results})
     rules = loaded
     results = await _off_loop(cost, _check_batch, rules, urls)
-    _learn(request, state, results)
+    await _learn(request, state, results)
     _count(state, results)
     return await _off_loop(cost, JSONResponse, {"results": results})
 
@@ -755,6 +797,27 @@ _PAGE_HEADERS = {
     "x-content-type-options": "nosniff",
     "referrer-policy": "no-referrer",
 }
+
+
+async def pending(request: Request) -> Response:
+    """``GET /v1/pending?url=``: the "checking this site" page (:mod:`.pending`) for a URL
+    of an unknown site past its burst; it reloads itself until the URL has a verdict, then
+    sends the browser on (allowed) or says it is blocked. It reads the rules only: asking
+    it queues nothing and counts nothing."""
+    state = _state(request)
+    url = _url_param(request)
+    rules = _rules(state)
+    try:
+        verdict = await _off_loop(len(url), rules.check, url)
+    except InvalidURL as exc:
+        raise ApiError(422, "invalid_url", f"{exc.reason}: {url[:200]!r}") from None
+    if verdict.rule is not None:
+        status = "blocked" if verdict.action == "block" else "allowed"
+    else:
+        site = site_of(url)
+        status = "allowed" if site in getattr(rules, "clean_domains", ()) else "checking"
+    page = pending_page(url, status, verdict.category)
+    return HTMLResponse(page, headers=_PAGE_HEADERS)
 
 
 async def continue_page(request: Request) -> Response:
@@ -1219,6 +1282,7 @@ _ROUTES = [
     ("/v1/explain", explain, ["GET"]),
     ("/v1/continue", continue_page, ["GET"]),
     ("/v1/continue", continue_warned, ["POST"]),
+    ("/v1/pending", pending, ["GET"]),
     ("/v1/seen", seen, ["POST"]),
     ("/v1/reload", reload, ["POST"]),
     ("/v1/learn/verdicts", learn_verdicts, ["GET"]),
@@ -1256,6 +1320,7 @@ def create_app(
     reload_on_sighup: bool = False,
     unknown: UnknownFeed | None = None,
     learn: LearnAdmin | None = None,
+    burst: BurstGate | None = None,
 ) -> Starlette:
     """The service for ``config``; ``load`` replaces the configured rule loader (tests).
 
@@ -1263,9 +1328,10 @@ def create_app(
     serve`` sets it; the handler is installed by the lifespan, in the main thread only).
     ``unknown``: where URLs no rule decides go for learning (``urlsieve serve`` wires the
     learner's queue when ``learn.queue`` is set; the service never imports the learner).
-    ``learn``: the learned verdicts for ``/v1/learn/*`` (``urlsieve serve`` wires it when
-    the config has the learner's ``[learn]`` section; on only with a token too). The
-    caller owns it (and closes it).
+    ``burst``: the cap on requests of an unknown site (``learn.burst``; ``urlsieve serve``
+    wires it with the queue). ``learn``: the learned verdicts for ``/v1/learn/*``
+    (``urlsieve serve`` wires it when the config has the learner's ``[learn]`` section;
+    on only with a token too). The caller owns it (and closes it).
     """
     loader: Callable[[], Any] = load or policy_loader(config) or filter_loader(config, log)
     token = config.read_token()
@@ -1274,12 +1340,16 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        notify = [] if load is not None else rules_notify(config)
         rules = await run_in_threadpool(
             lambda: LiveRules(
                 loader,
                 watch=rules_watch(config),
-                check_seconds=0,  # the reloader paces the checks
+                # the reloader paces the checks; with a change counter it reads the counter
+                # every NOTICE_SECONDS and the files every reload_check_seconds
+                check_seconds=config.reload_check_seconds if notify else 0,
                 log=log,
+                notify=notify,
             )
         )
         store = None
@@ -1288,7 +1358,8 @@ def create_app(
                 store = open_seen(config.seen_store)
             except (StoreError, ConfigError) as exc:
                 raise ConfigError(f"service.seen_store {config.seen_store!r}: {exc}") from exc
-        reloader = Reloader(rules, config.reload_check_seconds, log)
+        pace = config.reload_check_seconds
+        reloader = Reloader(rules, min(pace, NOTICE_SECONDS) if notify else pace, log)
         app.state.urlsieve = ServiceState(
             rules,
             Metrics(),
@@ -1301,6 +1372,8 @@ def create_app(
             config.user_header,
             unknown,
             config.unknown_policy == "block",
+            burst,
+            config.pending,
             learn,
             continue_key(token),
         )
@@ -1424,6 +1497,21 @@ OPENAPI: dict[str, Any] = {
                     **_error_responses(400, 403, 404, 408, 409, 413, 422, 503),
                 },
             },
+        },
+        "/v1/pending": {
+            "get": {
+                "summary": "The checking page of a URL of an unknown site past its burst "
+                "(learn.pending = 'check'): it reloads itself until the URL has a verdict",
+                "parameters": [_param("url", "the URL the gateway answered pending")],
+                "responses": {
+                    "200": {
+                        "description": "an HTML page: checking (reloads every second), "
+                        "allowed (refreshes to the URL) or blocked",
+                        "content": {"text/html": {}},
+                    },
+                    **_error_responses(400, 422, 503),
+                },
+            }
         },
         "/v1/seen": {
             "post": {

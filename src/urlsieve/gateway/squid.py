@@ -53,7 +53,13 @@ from urlsieve.gateway.protocol import (
     template_pieces,
     template_uses,
 )
-from urlsieve.gateway.unknown import UNKNOWN_CATEGORY, UnknownFeed
+from urlsieve.gateway.unknown import (
+    PENDING_CATEGORY,
+    UNKNOWN_CATEGORY,
+    BurstGate,
+    UnknownFeed,
+    site_of,
+)
 from urlsieve.match.snapshot import CompiledImage
 
 __all__ = ["HelperSettings", "HelperStats", "SquidHelper", "serve"]
@@ -129,6 +135,10 @@ class HelperStats:
     failures: int = 0
     bad_lines: int = 0
     unknown: int = 0  # requests no rule decided (base or learned), with learning on
+    # Each unknown request is exactly one of these (and also counted allowed or blocked):
+    unknown_passed: int = 0  # allowed the first time (within the burst, or a clean site)
+    unknown_pending: int = 0  # past its site's burst: the pending answer (learn.pending)
+    unknown_blocked: int = 0  # learn.unknown = "block"
 
 
 class SquidHelper:
@@ -142,14 +152,27 @@ class SquidHelper:
         log: Callable[[str], None] = lambda _msg: None,
         unknown: UnknownFeed | None = None,
         block_unknown: bool = False,
+        burst: BurstGate | None = None,
+        pending: str = "check",
+        pending_url: str | None = None,
     ) -> None:
         """``unknown``: where URLs no rule decides go for learning (the helper stays free of
         :mod:`urlsieve.learn`); ``block_unknown``: block them until they are classified
-        (``learn.unknown = "block"``) instead of allowing them the first time."""
+        (``learn.unknown = "block"``) instead of allowing them the first time.
+
+        ``burst``: with the first-time allow, how many requests of one unknown site pass
+        (shared by the helper's children); past it ``pending`` answers: ``check``
+        redirects to ``pending_url`` (else the block page, category ``pending``), a
+        "checking this site" page that reloads itself until the verdict lands; ``block``
+        blocks as ``learn.unknown = "block"`` does. A site the overlay knows clean
+        (``clean_domains``) is not capped."""
         self.rules = rules
         self.settings = settings
         self.unknown = unknown
         self.block_unknown = block_unknown
+        self.burst = burst
+        self.pending = pending
+        self.pending_url = pending_url
         self.log = _never_raising(log)
         self.stats = HelperStats()
         self._failure_reason: str | None = None
@@ -334,14 +357,53 @@ class SquidHelper:
     def _unknown(self, request: HelperRequest) -> str:
         feed = self.unknown
         assert feed is not None
-        self.stats.unknown += 1
+        stats = self.stats
+        stats.unknown += 1
         feed.add(request.target, request.client)
         if self.block_unknown:
-            self.stats.blocked += 1
+            stats.blocked += 1
+            stats.unknown_blocked += 1
             why = "not classified yet: queued for learning"
             return self._block(request, UNKNOWN_CATEGORY, "-", why)
-        self.stats.allowed += 1
+        if self.burst is not None and not self._within_burst(request.target):
+            reply = self._pending(request)  # counted once it is rendered
+            stats.blocked += 1
+            stats.unknown_pending += 1
+            return reply
+        stats.allowed += 1
+        stats.unknown_passed += 1
         return format_reply(request.channel, "ERR")
+
+    def _within_burst(self, url: str) -> bool:
+        """Whether a request of an unknown URL passes: its site is known clean, or the
+        site's burst is not spent yet. A URL without a site does not pass."""
+        gate = self.burst
+        assert gate is not None
+        site = site_of(url)
+        if site is None:
+            return False
+        clean: frozenset[str] = getattr(self.rules.get(), "clean_domains", frozenset())
+        return site in clean or gate.allow(site)
+
+    def _pending(self, request: HelperRequest) -> str:
+        """The pending answer to a request of an unknown site past its burst."""
+        why = "not classified yet: checking this site"
+        if self.pending == "block" or self.settings.mode is HelperMode.ACL:
+            category = UNKNOWN_CATEGORY if self.pending == "block" else PENDING_CATEGORY
+            return self._block(request, category, "-", why)
+        settings = self.settings
+        target = render_template(
+            self.pending_url or settings.redirect_url or "",
+            url=request.url,
+            category=PENDING_CATEGORY,
+            client=request.client,
+            client_name=request.client_name,
+            user=request.user,
+            rule="-",
+        )
+        if settings.mode is HelperMode.REWRITE:
+            return format_reply(request.channel, "OK", rewrite_url=target)
+        return format_reply(request.channel, "OK", status=302, url=target)
 
     def _scan_lines(self, lines: list[bytes]) -> tuple[list[str | None], list[int]]:
         """Per line its URL when the line has the plain form (None: parse it on its own),

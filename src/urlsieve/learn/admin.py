@@ -27,7 +27,7 @@ from typing import Any
 
 from urlsieve.exceptions import InvalidURL, RuleSyntaxError
 from urlsieve.learn.config import LearnSettings, read_learn_settings
-from urlsieve.learn.overlay import build_overlay, rule_line
+from urlsieve.learn.overlay import build_overlay, rule_line, site_report
 from urlsieve.learn.verdicts import SOURCES, Learned, open_verdicts, rule_key
 from urlsieve.rules.model import Rule, parse_rule
 
@@ -311,6 +311,13 @@ class LearnAdmin:
             return None
 
         return asyncio.run(resolve())
+
+    def site(self, url: str) -> dict[str, Any]:
+        """What is learned of ``url``'s site (its registrable domain): the domain's verdict
+        (an operator's, or promoted from its pages), ``known clean``, or ``unknown``, and
+        the pages that decide otherwise (:func:`~urlsieve.learn.overlay.site_report`)."""
+        _key, host = rule_key(check_url(url))
+        return site_report(self.store.all(), host, self.settings.promote_after)
 
     def show(self, url: str) -> dict[str, Any] | None:
         found = self.find(url)

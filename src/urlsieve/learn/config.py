@@ -5,6 +5,8 @@
     [learn]
     queue = "sqlite:/var/lib/urlsieve/learn/queue.db"   # shared with the gateway
     unknown = "allow-first"                            # the gateway's side (see gateway.config)
+    burst = 3                      # gateway: requests of an unknown site that pass, then…
+    pending = "check"              # …a self-reloading "checking" page | block | pass
     unclassifiable = "block"       # a URL the crawler cannot read: block | allow (see runner)
     overlay = "/var/lib/urlsieve/learn/learned.snap"   # the learned rules the gateway loads
     directory = "/var/lib/urlsieve/learn"              # verdicts.db, spool/, learned/ lists
@@ -15,7 +17,7 @@
     lexicons = [{ path = "/etc/urlsieve/words.txt", category = "adult", weight = 20 }]
     limit = 50                     # the naughtiness limit (E2Guardian's naughtinesslimit)
     limits = { gambling = 40 }     # per category
-    promote_after = 3              # pages of one host classified alike → a host rule (0: off)
+    promote_after = 3              # pages of one site alike → a domain rule (0: off)
     batch = 32                     # URLs claimed at a time
     lease_seconds = 120            # a claimed URL not done by then goes to another learner
 
@@ -35,7 +37,7 @@
 
     [learn.spool]
     segment_bytes = 67108864
-    segment_seconds = 0.5          # a segment is closed (handed to the classifier) this soon
+    segment_seconds = 0.1          # a segment is closed (handed to the classifier) this soon
     max_bytes = 1073741824
 
 Relative paths are relative to the file's directory. Every key is checked: a typo is an
@@ -102,7 +104,7 @@ class LearnSettings:
 _TOP = {
     "queue", "unknown", "overlay", "directory", "phrases", "banned", "exceptions", "lexicons",
     "limit", "limits", "promote_after", "batch", "lease_seconds", "crawl", "spool", "verdicts",
-    "unclassifiable",
+    "unclassifiable", "burst", "pending", "pending_url",
 }  # fmt: skip
 _CRAWL = {
     "user_agent": str, "timeout": float, "max_bytes": int, "concurrency": int, "per_host": int,

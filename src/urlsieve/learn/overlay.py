@@ -5,7 +5,8 @@ administrator) can read, each rule preceded by its provenance comment::
 
     learned/block/gambling/urls      # learned block category=gambling score=85 phrases=…
                                      =casino.test/en/casino.html|
-    learned/block/gambling/domains   promoted hosts (enough pages of one host alike)
+    learned/block/gambling/domains   promoted sites (enough pages of one registrable
+                                     domain alike: the domain and its subdomains)
     learned/allow/clean/urls         pages classified clean (the learned allow list)
     learned/allow/override/…         an operator's ``learn allow``
     learned/block/unclassifiable/urls  pages the crawler could not read (allow/… when
@@ -14,7 +15,11 @@ administrator) can read, each rule preceded by its provenance comment::
 A learned page is written as an exact rule (``=host/path|``: that host, that path), not as
 the list line ``host/path``, which would also cover every page below the path and every
 subdomain: a clean front page would otherwise allow a whole shared host unclassified.
-Only promotion (enough pages of one host alike) makes a host rule.
+Only promotion (enough pages of one site alike) makes a domain rule.
+
+The sites known clean (enough pages clean, none blocked) are listed in the snapshot's
+metadata (``clean_domains``): the gateway lets their new pages pass without counting
+them against the burst cap of unknown sites (``learn.burst``).
 
 The overlay snapshot is compiled from them and replaces the old one by rename, so a
 gateway (which watches the file) swaps it in between two requests. It holds only what
@@ -23,16 +28,20 @@ was learned, so compiling it takes milliseconds whatever the size of the base li
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from urlsieve._notify import notify_change
 from urlsieve.filter import Filter
 from urlsieve.learn.verdicts import Learned, Verdicts
 from urlsieve.match.snapshot import SnapshotInfo
 from urlsieve.store.files import file_lock, write_atomic
+from urlsieve.url.expressions import learning_domain
 
 __all__ = [
     "CLEAN_CATEGORY",
@@ -40,9 +49,11 @@ __all__ = [
     "OverlayBuild",
     "build_overlay",
     "category_directory",
+    "clean_domains",
     "promoted_hosts",
     "render_tree",
     "rule_line",
+    "site_report",
 ]
 
 #: The category of the learned allow list (pages classified clean).
@@ -78,49 +89,123 @@ def category_directory(category: str) -> str:
 
 
 def promoted_hosts(verdicts: Iterable[Learned], after: int) -> dict[str, Learned]:
-    """Hosts to block as a whole: at least ``after`` pages of the host classified blocked
-    under one category, and none of its pages classified clean or allowed by an operator.
-    Redirect and ``unclassifiable`` verdicts do not count: a short link or an open
-    redirect to a blocked site, or a page the crawler could not read, says nothing about
-    the host's own pages. ``after`` 0 turns promotion off."""
+    """Sites to block as a whole, keyed by their registrable domain
+    (:func:`~urlsieve.url.expressions.learning_domain`: ``a1.evil.test`` and
+    ``a2.evil.test`` are one site, ``evil.test``): at least ``after`` pages of the site
+    classified blocked under one category, no other blocked category, and more pages
+    blocked than allowed. The pages of the site classified clean (or allowed by an
+    operator) stay allowed as exceptions: their exact rules are more specific than the
+    domain rule. Redirect and ``unclassifiable`` verdicts do not count: a short link or an
+    open redirect to a blocked site, or a page the crawler could not read, says nothing
+    about the site's own pages. ``after`` 0 turns promotion off."""
     if after <= 0:
         return {}
-    blocked: dict[str, Counter[str]] = defaultdict(Counter)
-    scores: dict[tuple[str, str], list[Learned]] = defaultdict(list)
-    allowed: set[str] = set()
-    for v in verdicts:
-        if v.is_host or v.category == UNCLASSIFIABLE:  # says nothing of the other pages
-            continue
-        if v.action == "allow":
-            allowed.add(v.host)
-        elif v.source == "learned":
-            blocked[v.host][v.category] += 1
-            scores[(v.host, v.category)].append(v)
+    sites = _sites(verdicts)
     promoted = {}
-    for host, categories in blocked.items():
-        if host in allowed:
+    for domain, site in sites.items():
+        if not site.blocked:
             continue
-        category, pages = categories.most_common(1)[0]
-        if pages >= after and len(categories) == 1:
-            examples = scores[(host, category)]
-            promoted[host] = Learned(
-                key=host,
-                host=host,
+        category, pages = site.blocked.most_common(1)[0]
+        if pages >= after and len(site.blocked) == 1 and pages > len(site.allowed):
+            examples = site.examples[category]
+            exceptions = (
+                f"; {len(site.allowed)} allowed pages are exceptions" if site.allowed else ""
+            )
+            promoted[domain] = Learned(
+                key=domain,
+                host=domain,
                 action="block",
                 category=category,
                 source="learned",
                 score=max(e.score for e in examples),
                 evidence=examples[0].evidence,
                 url=examples[0].url,
-                note=f"promoted: {pages} pages of {host} classified {category}",
+                note=f"promoted: {pages} pages of {domain} classified {category}{exceptions}",
             )
     return promoted
 
 
+def clean_domains(verdicts: Iterable[Learned], after: int) -> list[str]:
+    """Sites known clean: at least ``after`` pages classified clean and none blocked.
+    Their new pages are allowed the first time and queued (a dirty one gets its own
+    rule); they do not wait for the burst cap (``learn.burst``). ``after`` 0: none."""
+    if after <= 0:
+        return []
+    return sorted(
+        domain
+        for domain, site in _sites(verdicts).items()
+        if not site.blocked and site.clean >= after
+    )
+
+
+@dataclass
+class _Site:
+    """What was learned about one registrable domain's pages."""
+
+    blocked: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, list[Learned]] = field(default_factory=lambda: defaultdict(list))
+    allowed: list[Learned] = field(default_factory=list)
+    clean: int = 0  # pages learned clean (not an operator's allow)
+
+
+def _sites(verdicts: Iterable[Learned]) -> dict[str, _Site]:
+    sites: dict[str, _Site] = defaultdict(_Site)
+    for v in verdicts:
+        if v.is_host or v.category == UNCLASSIFIABLE:  # says nothing of the other pages
+            continue
+        site = sites[learning_domain(v.host)]
+        if v.action == "allow":
+            site.allowed.append(v)
+            site.clean += v.source == "learned"
+        elif v.source == "learned":
+            site.blocked[v.category] += 1
+            site.examples[v.category].append(v)
+    return sites
+
+
+def site_report(verdicts: Iterable[Learned], host: str, after: int) -> dict[str, Any]:
+    """What ``learn show`` says of ``host``'s site: its registrable domain, the domain's
+    verdict (an operator's or promoted; else known clean, mostly clean or unknown), and
+    its pages that decide otherwise (a promoted site's clean pages, a clean site's dirty ones)."""
+    verdicts = list(verdicts)
+    domain = learning_domain(host)
+    site = _sites(verdicts).get(domain, _Site())
+    promoted = promoted_hosts(verdicts, after).get(domain)
+    explicit = next((v for v in verdicts if v.is_host and v.key == domain), None)
+    verdict = explicit or promoted
+    if verdict is not None:
+        exceptions = (
+            site.allowed
+            if verdict.action == "block"
+            else list(itertools.chain.from_iterable(site.examples.values()))
+        )
+        state = f"{verdict.action} {verdict.category}"
+    elif domain in clean_domains(verdicts, after):
+        exceptions, state = [], "known clean"
+    elif after > 0 and site.clean >= after and site.clean > sum(site.blocked.values()):
+        # The reverse of a promoted site: mostly clean, its blocked pages are exceptions,
+        # and new pages are not let through on trust (they wait for their own verdict).
+        exceptions = list(itertools.chain.from_iterable(site.examples.values()))
+        state = "mostly clean (not trusted: new pages wait for their own verdict)"
+    else:
+        exceptions, state = [], "unknown"
+    pages = sum(site.blocked.values()) + len(site.allowed)
+    return {
+        "domain": domain,
+        "state": state,
+        "verdict": verdict,
+        "pages": pages,
+        "blocked": dict(site.blocked),
+        "allowed": len(site.allowed),
+        "exceptions": exceptions,
+    }
+
+
 def _write(path: Path, lines: list[str]) -> None:
-    """Write a list file atomically (readers never see half of it; a crash keeps the old)."""
+    """Write a list file atomically (readers never see half of it; a crash keeps the old).
+    Not synced: the lists are rendered anew from the verdict store on every build."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, "".join(lines))
+    write_atomic(path, "".join(lines), durable=False)
 
 
 def render_tree(store: Verdicts, tree: Path, *, promote_after: int = 3) -> tuple[int, int]:
@@ -174,11 +259,13 @@ def build_overlay(
     output.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(output.with_name(output.name + ".lock")):
         rules, promoted = render_tree(store, tree, promote_after=promote_after)
+        clean = clean_domains(store.all(), promote_after)
         source = Filter.from_lists(
             [tree / "block"],
             [tree / "allow"],
-            meta={"learned": True, "tree": str(tree)},
+            meta={"learned": True, "tree": str(tree), "clean_domains": clean},
         )
         info = source.save(output)
         source.close()
+        notify_change(output)
     return OverlayBuild(rules, promoted, time.perf_counter() - started, info)

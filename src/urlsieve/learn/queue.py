@@ -33,6 +33,11 @@ Semantics every backend keeps (one contract test proves them):
   many it completed, so a learner can discard work on a URL someone else finished.
   ``retry`` is accepted only from the current lease holder; it puts the job back after
   ``delay`` seconds, and after ``max_attempts`` tries the URL is done as *failed*.
+- **Burst counts.** ``admit(site, limit)`` counts one request of an unknown site for the
+  gateway's burst cap (``learn.burst``) in the store every gateway process shares (SQLite:
+  a ``bursts`` table made on first use; Valkey: one counter key per site with a TTL) and
+  says whether the count is within ``limit``; a count older than ``window`` (a day)
+  starts again.
 - **Hostile URLs.** Any ``str`` is stored exactly (lone surrogates and control characters
   included, as UTF-8 with ``surrogatepass``); an empty URL, a non-string or one longer than
   ``max_url`` bytes is dropped and counted (``stats().dropped``): ``offer`` never raises for
@@ -59,12 +64,14 @@ from urlsieve.store.valkey import SERVER_SCHEMES
 
 __all__ = [
     "BANDS",
+    "BURST_WINDOW",
     "Batch",
     "ClosingQueue",
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_RECHECK",
     "Job",
     "MAX_CLIENTS",
+    "MAX_SITE",
     "MAX_URL_BYTES",
     "MemoryQueue",
     "QUEUE_BACKENDS",
@@ -157,6 +164,12 @@ class QueueStats:
         return out
 
 
+#: How long a site's burst count lasts (``admit``): a day, as the queue's ``recheck``.
+BURST_WINDOW = 86_400.0
+#: The longest site name counted (a longer one is counted under its first bytes).
+MAX_SITE = 255
+
+
 @runtime_checkable
 class UnknownQueue(Protocol):
     """The queue of unknown URLs (see the module docstring for the semantics)."""
@@ -179,6 +192,12 @@ class UnknownQueue(Protocol):
 
     def depth(self) -> int:
         """URLs waiting or leased."""
+        ...
+
+    def admit(self, site: str, limit: int, window: float = BURST_WINDOW) -> bool:
+        """Count one request of the unknown ``site`` (every process sharing the queue counts
+        into one number); True while the count is at most ``limit``. A count older than
+        ``window`` seconds starts again."""
         ...
 
     def stats(self) -> QueueStats: ...
@@ -363,6 +382,7 @@ class MemoryQueue(ClosingQueue):
         )
         self._seq = 0
         self._closed = False
+        self._bursts: dict[str, tuple[int, float]] = {}
 
     def _open(self) -> dict[bytes, _Entry]:
         if self._closed:
@@ -405,6 +425,19 @@ class MemoryQueue(ClosingQueue):
             self._counts["sightings"] += batch.sightings
             self._counts["queued"] += queued
         return queued
+
+    def admit(self, site: str, limit: int, window: float = BURST_WINDOW) -> bool:
+        now = self._clock()
+        key = str(site)[:MAX_SITE]
+        with self._lock:
+            self._open()
+            count, since = self._bursts.get(key, (0, now))
+            if now - since >= window:
+                count, since = 0, now
+            if count >= limit:
+                return False
+            self._bursts[key] = (count + 1, since)
+            return True
 
     def _rank(self, e: _Entry) -> tuple[int, int, float, int]:
         b = band(e.host not in self._judged, e.requests, len(e.clients))

@@ -34,9 +34,11 @@ from typing import Any
 
 from urlsieve.exceptions import ConfigError, QueueCorrupt, QueueUnavailable
 from urlsieve.learn.queue import (
+    BURST_WINDOW,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RECHECK,
     MAX_CLIENTS,
+    MAX_SITE,
     MAX_URL_BYTES,
     ClosingQueue,
     Job,
@@ -87,6 +89,21 @@ CREATE TABLE hosts (host BLOB PRIMARY KEY, judged_at REAL NOT NULL) WITHOUT ROWI
 CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 """
 
+# Not part of the versioned schema: made by the first ``admit`` (a gateway's), read by no
+# one else, so a queue file of an older urlsieve gains it without a migration.
+_BURST = (
+    "CREATE TABLE IF NOT EXISTS bursts (site BLOB PRIMARY KEY, passed INTEGER NOT NULL, "
+    "since REAL NOT NULL) WITHOUT ROWID"
+)
+# One statement: count the request when the site is under its limit (or its count is
+# older than the window, which starts it again); a change means the request passes.
+_ADMIT = (
+    "INSERT INTO bursts VALUES (?1, 1, ?2) ON CONFLICT(site) DO UPDATE SET "
+    "passed = CASE WHEN since <= ?2 - ?4 THEN 1 ELSE passed + 1 END, "
+    "since = CASE WHEN since <= ?2 - ?4 THEN ?2 ELSE since END "
+    "WHERE passed < ?3 OR since <= ?2 - ?4"
+)
+
 _MOVE_AWAY = "move the file away (a new queue is created in its place) or point the spec elsewhere"
 
 
@@ -125,6 +142,7 @@ class SqliteQueue(ClosingQueue):
         self._clock = clock
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        self._bursts_ready = False
         # The journal mode is set by _setup, after the file is known to be a queue.
         db = sqlite.connect(
             location,
@@ -436,6 +454,21 @@ class SqliteQueue(ClosingQueue):
                     )
             self._count(db, failed=failed)
         return taken
+
+    def admit(self, site: str, limit: int, window: float = BURST_WINDOW) -> bool:
+        if limit <= 0:
+            return False
+        now = self._clock()
+        with self._lock, self._errors("admit"):
+            db = self._db
+            if db is None:
+                raise QueueUnavailable(f"{self.path}: the queue is closed")
+            if not self._bursts_ready:
+                db.execute(_BURST)
+                self._bursts_ready = True
+            name = str(site).encode("utf-8", "surrogatepass")[:MAX_SITE]
+            cursor = db.execute(_ADMIT, (name, now, limit, window))
+            return cursor.rowcount > 0
 
     def _states(self, db: sqlite3.Connection) -> tuple[int, int]:
         waiting = db.execute("SELECT count(*) FROM urls WHERE state = 0").fetchone()[0]

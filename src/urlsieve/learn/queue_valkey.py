@@ -43,9 +43,11 @@ from typing import Any
 from urlsieve.exceptions import ConfigError, LearnError, QueueUnavailable
 from urlsieve.learn.queue import (
     BANDS,
+    BURST_WINDOW,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RECHECK,
     MAX_CLIENTS,
+    MAX_SITE,
     MAX_URL_BYTES,
     ClosingQueue,
     Job,
@@ -457,6 +459,20 @@ class ValkeyQueue(ClosingQueue):
                 ]
             queued += int(self._run("offer", "offer", args))
         return queued
+
+    def admit(self, site: str, limit: int, window: float = BURST_WINDOW) -> bool:
+        if limit <= 0:
+            return False
+        key = f"{self._p}:b:".encode() + str(site).encode("utf-8", "surrogatepass")[:MAX_SITE]
+        ttl = max(1, math.ceil(window))
+
+        def count() -> int:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.set(key, 0, ex=ttl, nx=True)
+            pipe.incr(key)
+            return int(pipe.execute()[1])
+
+        return bool(self._call("admit", count) <= limit)
 
     def claim(self, consumer: str, count: int, *, lease: float = 60.0) -> list[Job]:
         check_claim(consumer, lease)

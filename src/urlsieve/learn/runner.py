@@ -343,7 +343,7 @@ class Learner:
         promote_after: int = 3,
         unclassifiable: str = "block",
         segment_bytes: int = 64 << 20,
-        segment_seconds: float = 0.5,
+        segment_seconds: float = 0.1,
         spool_max_bytes: int = 1 << 30,
         consumer: str | None = None,
         poll_seconds: float = 0.05,
@@ -624,7 +624,7 @@ class Learner:
         self.stats.overlay_builds += 1
         self.stats.overlay_seconds += built.seconds
         self.log(
-            f"overlay rebuilt: {built.rules} rules ({built.promoted} promoted hosts) "
+            f"overlay rebuilt: {built.rules} rules ({built.promoted} promoted sites) "
             f"in {built.seconds * 1000:.1f} ms"
         )
 

@@ -150,6 +150,7 @@ def write_atomic(
     data: bytes | bytearray | memoryview | mmap.mmap | str,
     *,
     mode: int = 0o644,
+    durable: bool = True,
     translate: Translate | None = None,
 ) -> None:
     """Replace ``path`` by ``data`` so that a crash leaves the old or the new file, never
@@ -157,7 +158,9 @@ def write_atomic(
     same directory, its data synced, renamed over ``path``, the directory synced.
 
     ``str`` data is written as UTF-8. ``mode`` is the new file's permission bits (0o644:
-    gateways often read as another user, Squid's). An ``OSError`` becomes
+    gateways often read as another user, Squid's). ``durable=False`` keeps the atomic
+    replacement but skips both syncs: for files rebuilt from a store that is itself durable
+    (the learned lists, re-rendered from the verdicts on every build). An ``OSError`` becomes
     ``translate(exc, path, "writing")`` (default :func:`os_error`: a store error naming
     the path and the fix); the temporary file never stays behind.
     """
@@ -169,12 +172,14 @@ def write_atomic(
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         with os.fdopen(fd, "wb") as fh:
             fh.write(blob)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, target)
         tmp = None
-        fsync_dir(target.parent)
+        if durable:
+            fsync_dir(target.parent)
     except OSError as exc:
         raise convert(exc, target, "writing") from exc
     finally:

@@ -15,6 +15,7 @@ __all__ = [
     "MAX_EXPRESSIONS",
     "host_suffixes",
     "is_public_suffix",
+    "learning_domain",
     "lookup_expressions",
     "path_prefixes",
 ]
@@ -29,6 +30,37 @@ def _suffix_list() -> PublicSuffixList:
 def is_public_suffix(host: str) -> bool:
     """True for a bare public suffix (``com``, ``co.uk``) of the ICANN section of the PSL."""
     return bool(_suffix_list().is_public(host))
+
+
+@functools.cache
+def _full_suffix_list() -> PublicSuffixList:
+    # Both sections: a private suffix (github.io) is a shared platform, each of its
+    # users (user.github.io) a site of its own.
+    return PublicSuffixList()
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def learning_domain(host: str) -> str:
+    """The site ``host`` belongs to, for learning: its registrable domain by the whole
+    Public Suffix List, the ICANN and the private section (``a.b.example.co.uk`` →
+    ``example.co.uk``, ``x.user.github.io`` → ``user.github.io``; a name under a suffix
+    the list does not know, ``a1.evil.test``, → ``evil.test``). An IP address, a bare
+    public suffix or a single label is its own site.
+
+    >>> learning_domain("a1.evil.test"), learning_domain("10.0.0.1")
+    ('evil.test', '10.0.0.1')
+    """
+    host = host.lower().rstrip(".")
+    if not host or host.startswith("[") or _looks_numeric(host):
+        return host
+    found = _full_suffix_list().privatesuffix(host)
+    return found if found else host
+
+
+def _looks_numeric(host: str) -> bool:
+    """An IPv4 address in any spelling the URL parser accepts (last label numeric)."""
+    last = host.rsplit(".", 1)[-1]
+    return last.isdigit() or last.startswith("0x") or ":" in host
 
 
 @functools.lru_cache(maxsize=1 << 16)

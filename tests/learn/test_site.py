@@ -1,0 +1,156 @@
+"""The unit of learning is the site (issue 30, item 1): promotion reaches the registrable
+domain, the site's exceptions stay, sites known clean are listed for the gateway, ``learn
+show`` explains a site's verdict, and a gateway notices a new overlay at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from urlsieve import Filter
+from urlsieve.cli import main
+from urlsieve.gateway.live import LiveRules
+from urlsieve.layered import LayeredFilter
+from urlsieve.learn.overlay import build_overlay, clean_domains, promoted_hosts, site_report
+from urlsieve.learn.verdicts import Learned, VerdictStore, rule_key
+from urlsieve.url.expressions import learning_domain
+
+
+def page(url: str, action: str = "block", category: str = "gambling", **kw: object) -> Learned:
+    key, host = rule_key(url)
+    return Learned(key=key, host=host, action=action, category=category, source="learned",
+                   url=url, score=kw.pop("score", 90), **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+def clean(url: str) -> Learned:
+    return page(url, "allow", "clean", score=0)
+
+
+@pytest.mark.parametrize(
+    ("host", "site"),
+    [
+        ("a1.evil.test", "evil.test"),
+        ("A.B.Example.CO.UK.", "example.co.uk"),
+        ("x.user.github.io", "user.github.io"),  # a private suffix: each user is a site
+        ("10.0.0.1", "10.0.0.1"),
+        ("[::1]", "[::1]"),
+        ("localhost", "localhost"),
+        ("co.uk", "co.uk"),
+    ],
+)
+def test_the_site_of_a_host(host: str, site: str) -> None:
+    assert learning_domain(host) == site
+
+
+def test_pages_of_several_subdomains_promote_the_registrable_domain() -> None:
+    verdicts = [page(f"http://a{i}.evil.test/en/casino.html") for i in range(3)]
+    promoted = promoted_hosts(verdicts, 3)
+    assert list(promoted) == ["evil.test"]
+    assert promoted["evil.test"].is_host and promoted["evil.test"].category == "gambling"
+    assert promoted_hosts(verdicts[:2], 3) == {}  # not enough pages
+    assert promoted_hosts(verdicts, 0) == {}  # promotion off
+
+
+def test_a_shared_platform_is_not_promoted_for_its_users_pages() -> None:
+    verdicts = [page(f"http://u{i}.github.io/casino.html") for i in range(5)]
+    assert promoted_hosts(verdicts, 3) == {}
+    mine = [page(f"http://me.github.io/{i}.html") for i in range(3)]
+    assert list(promoted_hosts(verdicts + mine, 3)) == ["me.github.io"]
+
+
+def test_mixed_sites_are_not_promoted() -> None:
+    dirty = [page(f"http://mixed.test/{i}.html") for i in range(3)]
+    assert promoted_hosts([*dirty, *(clean(f"http://mixed.test/c{i}") for i in range(3))], 3) == {}
+    two = [*dirty, page("http://mixed.test/x", category="adult")]
+    assert promoted_hosts(two, 3) == {}  # two categories
+    assert promoted_hosts([*dirty, page("http://mixed.test/r", category="unclassifiable")], 3)
+
+
+def test_the_overlay_blocks_new_subdomains_and_keeps_the_exceptions(tmp_path: Path) -> None:
+    store = VerdictStore(tmp_path / "v.db")
+    store.put([page(f"http://a{i}.evil.test/en/casino.html") for i in range(4)])
+    store.put([clean("http://www.evil.test/about.html")])  # a clean page: an exception
+    store.put([clean(f"http://garden.test/{i}.html") for i in range(3)])
+    store.put([clean("http://two.test/1.html"), clean("http://two.test/2.html")])
+    build = build_overlay(store, tmp_path / "tree", tmp_path / "o.snap", promote_after=3)
+    assert build.promoted == 1
+    overlay = Filter.load(tmp_path / "o.snap")
+    for url in ("http://b7.evil.test/new", "http://evil.test/", "http://x.y.evil.test/p?q=1"):
+        verdict = overlay.check(url)
+        assert (verdict.action, verdict.category) == ("block", "gambling"), url
+    exception = overlay.check("http://www.evil.test/about.html")
+    assert (exception.action, exception.category) == ("allow", "clean")
+    assert overlay.check("http://notevil.test/").rule is None
+    # Sites known clean go to the gateway in the snapshot's metadata.
+    layered = LayeredFilter(Filter.from_rules([]), overlay)
+    assert layered.clean_domains == {"garden.test"}
+    assert clean_domains(store.all(), 3) == ["garden.test"]
+    store.close()
+
+
+def test_site_report_says_the_verdict_and_its_exceptions() -> None:
+    verdicts = [page(f"http://a{i}.evil.test/x") for i in range(3)]
+    verdicts.append(clean("http://evil.test/about"))
+    report = site_report(verdicts, "new.evil.test", 3)
+    assert report["domain"] == "evil.test" and report["state"] == "block gambling"
+    assert [e.key for e in report["exceptions"]] == ["evil.test/about"]
+    assert site_report(verdicts, "other.test", 3)["state"] == "unknown"
+    garden = [clean(f"http://garden.test/{i}") for i in range(3)]
+    garden.append(page("http://garden.test/bad"))  # a dirty page on a clean site
+    mostly = site_report(garden, "garden.test", 3)  # the reverse: a dirty page, clean site
+    assert mostly["state"].startswith("mostly clean") and mostly["verdict"] is None
+    assert [e.key for e in mostly["exceptions"]] == ["garden.test/bad"]
+    assert site_report(garden[:3], "garden.test", 3)["state"] == "known clean"
+
+
+def _learn_config(tmp: Path) -> Path:
+    conf = tmp / "gw.toml"
+    conf.write_text(
+        '[rules]\nlists = []\n[learn]\nqueue = "sqlite:state/queue.db"\n'
+        'directory = "state"\noverlay = "state/learned.snap"\npromote_after = 3\n',
+        encoding="utf-8",
+    )
+    return conf
+
+
+def test_learn_show_explains_the_site_and_its_exceptions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = _learn_config(tmp_path)
+    (tmp_path / "state").mkdir()
+    store = VerdictStore(tmp_path / "state" / "verdicts.db")
+    store.put([page(f"http://a{i}.evil.test/en/casino.html") for i in range(3)])
+    store.put([clean("http://evil.test/about.html")])
+    store.close()
+    assert main(["learn", "--config", str(conf), "show", "http://z9.evil.test/fresh"]) == 0
+    out = capsys.readouterr().out
+    assert "no verdict of its own: its site's verdict decides" in out
+    assert "site:      evil.test: block gambling; 4 pages learned (3 gambling blocked" in out
+    assert "promoted: 3 pages of evil.test classified gambling" in out
+    assert "exception: allow (clean) evil.test/about.html" in out
+    assert main(["learn", "--config", str(conf), "show", "http://evil.test/about.html"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict:   allow (clean)" in out and "site:      evil.test: block" in out
+    assert main(["learn", "--config", str(conf), "show", "http://fresh.test/"]) == 1
+    assert "site:      fresh.test: unknown; 0 pages learned" in capsys.readouterr().out
+
+
+def test_a_gateway_notices_a_new_overlay_without_waiting_for_its_check(tmp_path: Path) -> None:
+    store = VerdictStore(tmp_path / "v.db")
+    snap = tmp_path / "o.snap"
+    build_overlay(store, tmp_path / "tree", snap, promote_after=3)
+
+    def load() -> Filter:
+        return Filter.load(snap)
+
+    told = LiveRules(load, watch=[str(snap)], check_seconds=3600, notify=[str(snap)])
+    untold = LiveRules(load, watch=[str(snap)], check_seconds=3600)
+    told.poll(), untold.poll()  # the first check of each: nothing changed
+    store.put([page("http://late.test/x")])
+    build_overlay(store, tmp_path / "tree", snap, promote_after=3)
+    assert told.poll() is True  # the change counter moved: checked and reloaded now
+    assert told.get().check("http://late.test/x").action == "block"
+    assert untold.poll() is False  # the one-hour check is not due
+    assert told.poll() is False  # one reload per change
+    store.close()
