@@ -42,6 +42,10 @@ COMPILED_PATHS: dict[str, str] = {
     "scan_mode": "SIMD scan selection",
     "xxh3_64": "XXH3-64",
     "xxh3_128": "XXH3-128",
+    "simhash_text": "SimHash of a text",
+    "simhash_tokens": "SimHash of tokens",
+    "nd_build": "near-duplicate tables (build)",
+    "nd_query": "near-duplicate lookups",
 }
 
 _FIX_COMPILER = (

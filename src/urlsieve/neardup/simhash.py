@@ -30,7 +30,9 @@ import numpy as np
 import numpy.typing as npt
 import xxhash
 
-__all__ = ["EMPTY", "hamming", "simhash", "simhash_many", "tokens"]
+from urlsieve._accel import speedups as _accel
+
+__all__ = ["EMPTY", "hamming", "simhash", "simhash_many", "simhash_py", "tokens"]
 
 #: The SimHash of a text with no words.
 EMPTY = 0
@@ -40,6 +42,8 @@ _WORD = re.compile(r"\w+")
 # CJK ideographs, kana, hangul syllables: scripts written without spaces.
 _UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 _xxh64 = xxhash.xxh3_64_intdigest
+#: the compiled SimHash (None: pure Python; tests set it to None for the reference)
+speedups = _accel if _accel is not None and hasattr(_accel, "simhash_text") else None
 
 
 def tokens(text: str) -> list[str]:
@@ -116,7 +120,24 @@ def _vote(features: npt.NDArray[np.uint64]) -> int:
 
 
 def simhash(text: str, *, shingle: int = 1) -> int:
-    """The 64-bit SimHash of the text's distinct tokens (or token runs), or :data:`EMPTY`."""
+    """The 64-bit SimHash of the text's distinct tokens (or token runs), or :data:`EMPTY`.
+
+    Compiled (``simhash_text``: ASCII text tokenised, hashed and voted in C;
+    ``simhash_tokens`` for the rest, tokenised here) when the extension is built;
+    :func:`simhash_py` is the reference it is held equal to.
+    """
+    if shingle < 1:
+        raise ValueError(f"shingle must be at least 1, not {shingle}")
+    if speedups is None:
+        return simhash_py(text, shingle=shingle)
+    fp: int | None = speedups.simhash_text(text, shingle)
+    if fp is None:  # not ASCII: NFKC, \w and CJK bigrams are Python's
+        fp = speedups.simhash_tokens(_token_bytes(text), shingle)
+    return int(fp)
+
+
+def simhash_py(text: str, *, shingle: int = 1) -> int:
+    """:func:`simhash` in Python and numpy (the reference of the compiled path)."""
     if shingle < 1:
         raise ValueError(f"shingle must be at least 1, not {shingle}")
     return _vote(_features(_token_bytes(text), shingle))
