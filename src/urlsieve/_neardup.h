@@ -30,6 +30,8 @@
 #define ND_MAX_TEXT (8 << 20) /* simhash.MAX_TEXT */
 #define ND_MAX_TABLES 64
 #define ND_DIRECT_BITS 20
+#define ND_SMALL_SET 2048 /* hash set slots on the stack (texts of up to 1024 tokens) */
+#define ND_SMALL_TEXT 2048 /* token hashes on the stack (texts of up to 4094 characters) */
 #define ND_CAPSULE "urlsieve._speedups.neardup"
 
 static const uint64_t nd_mul = 0x9E3779B97F4A7C15ULL;
@@ -174,10 +176,17 @@ nd_shingles(uint64_t *h, size_t n, size_t shingle)
 
 /* spread[v]: byte j is bit j of v. */
 static uint64_t nd_spread[256];
+/* lower[c]: c lowered for a word byte ([A-Za-z0-9_]), 0 for a separator. */
+static unsigned char nd_lower[256];
 
 static void
 nd_init_spread(void)
 {
+    for (int c = 0; c < 256; c++) {
+        int word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                   (c >= '0' && c <= '9') || c == '_';
+        nd_lower[c] = word ? (unsigned char)((c >= 'A' && c <= 'Z') ? (c | 0x20) : c) : 0;
+    }
     for (int v = 0; v < 256; v++) {
         uint64_t s = 0;
         for (int j = 0; j < 8; j++)
@@ -196,13 +205,20 @@ nd_vote(const uint64_t *h, size_t n, uint64_t *out)
     int bits = 4;
     while (((size_t)1 << bits) < 2 * n) bits++;
     size_t size = (size_t)1 << bits, mask = size - 1;
-    uint64_t *set = (uint64_t *)calloc(size, sizeof(uint64_t));
-    unsigned char *used = (unsigned char *)calloc(size, 1);
-    if (set == NULL || used == NULL) {
-        free(set);
-        free(used);
-        return -1;
+    uint64_t set_here[ND_SMALL_SET];
+    unsigned char used_here[ND_SMALL_SET];
+    uint64_t *set = set_here;
+    unsigned char *used = used_here;
+    if (size > ND_SMALL_SET) { /* a long text: on the heap */
+        set = (uint64_t *)malloc(size * sizeof(uint64_t));
+        used = (unsigned char *)malloc(size);
+        if (set == NULL || used == NULL) {
+            free(set);
+            free(used);
+            return -1;
+        }
     }
+    memset(used, 0, size);
     uint64_t lanes[8] = {0}, ones[64] = {0}, features = 0;
     unsigned pending = 0;
     for (size_t i = 0; i < n; i++) {
@@ -224,8 +240,10 @@ nd_vote(const uint64_t *h, size_t n, uint64_t *out)
     }
     for (int b = 0; b < 8; b++)
         for (int j = 0; j < 8; j++) ones[8 * b + j] += (lanes[b] >> (8 * j)) & 0xff;
-    free(set);
-    free(used);
+    if (set != set_here) {
+        free(set);
+        free(used);
+    }
     uint64_t fp = 0;
     for (int i = 0; i < 64; i++)
         if (2 * ones[i] > features) fp |= (uint64_t)1 << i;
@@ -233,13 +251,14 @@ nd_vote(const uint64_t *h, size_t n, uint64_t *out)
     return 0;
 }
 
+/* The SimHash of the token hashes h[0..n) (h is overwritten, freed unless it is `keep`). */
 static PyObject *
-nd_finish(uint64_t *h, size_t n, Py_ssize_t shingle)
+nd_finish(uint64_t *h, size_t n, Py_ssize_t shingle, const uint64_t *keep)
 {
     uint64_t fp;
     n = nd_shingles(h, n, (size_t)shingle);
     int failed = nd_vote(h, n, &fp);
-    free(h);
+    if (h != keep) free(h);
     if (failed) return PyErr_NoMemory();
     return PyLong_FromUnsignedLongLong(fp);
 }
@@ -256,12 +275,6 @@ nd_shingle_arg(PyObject *arg, Py_ssize_t *shingle)
     return 0;
 }
 
-static inline int
-nd_word(unsigned char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_';
-}
 
 static PyObject *
 simhash_text(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -281,26 +294,38 @@ simhash_text(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (len > ND_MAX_TEXT) len = ND_MAX_TEXT;
     if (!PyUnicode_IS_ASCII(text)) Py_RETURN_NONE; /* tokenised in Python (NFKC, \w, CJK) */
     const unsigned char *p = (const unsigned char *)PyUnicode_DATA(text);
-    uint64_t *h = (uint64_t *)malloc(((size_t)len / 2 + 1) * sizeof(uint64_t));
-    unsigned char *word = (unsigned char *)malloc((size_t)len + 1);
-    if (h == NULL || word == NULL) {
-        free(h);
-        free(word);
-        return PyErr_NoMemory();
+    nd_first_use();
+    uint64_t h_here[ND_SMALL_TEXT];
+    unsigned char word_here[256];
+    uint64_t *h = h_here;
+    size_t most = (size_t)len / 2 + 1; /* tokens are separated: at most this many */
+    if (most > ND_SMALL_TEXT) {
+        h = (uint64_t *)malloc(most * sizeof(uint64_t));
+        if (h == NULL) return PyErr_NoMemory();
     }
     size_t n = 0;
     Py_ssize_t i = 0;
     while (i < len) {
-        while (i < len && !nd_word(p[i])) i++;
-        size_t w = 0;
-        while (i < len && nd_word(p[i])) {
-            unsigned char c = p[i++];
-            word[w++] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c | 0x20) : c;
+        while (i < len && !nd_lower[p[i]]) i++;
+        Py_ssize_t start = i;
+        int upper = 0;
+        while (i < len && nd_lower[p[i]]) upper |= nd_lower[p[i]] != p[i], i++;
+        size_t w = (size_t)(i - start);
+        if (w == 0) break;
+        if (!upper) { /* already lower case: hashed where it is */
+            h[n++] = XXH3_64bits(p + start, w);
+            continue;
         }
-        if (w) h[n++] = XXH3_64bits(word, w);
+        unsigned char *word = w <= sizeof word_here ? word_here : (unsigned char *)malloc(w);
+        if (word == NULL) {
+            if (h != h_here) free(h);
+            return PyErr_NoMemory();
+        }
+        for (size_t j = 0; j < w; j++) word[j] = nd_lower[p[start + (Py_ssize_t)j]];
+        h[n++] = XXH3_64bits(word, w);
+        if (word != word_here) free(word);
     }
-    free(word);
-    return nd_finish(h, n, shingle);
+    return nd_finish(h, n, shingle, h_here);
 }
 
 static PyObject *
@@ -331,7 +356,7 @@ simhash_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         h[i] = XXH3_64bits(PyBytes_AS_STRING(items[i]), (size_t)PyBytes_GET_SIZE(items[i]));
     }
     Py_DECREF(seq);
-    return nd_finish(h, (size_t)n, shingle);
+    return nd_finish(h, (size_t)n, shingle, NULL);
 }
 
 /* ------------------------------------------------------------------ the index's tables */
