@@ -44,6 +44,8 @@ COMPILED_PATHS: dict[str, str] = {
     "xxh3_128": "XXH3-128",
     "simhash_text": "SimHash of a text",
     "simhash_tokens": "SimHash of tokens",
+    "features_text": "SimHash features (exact check)",
+    "nd_jaccard": "Jaccard of features (exact check)",
     "nd_build": "near-duplicate tables (build)",
     "nd_query": "near-duplicate lookups",
 }

@@ -195,40 +195,93 @@ nd_init_spread(void)
     }
 }
 
-/* The majority vote of the distinct values of h[0..n): -1 (memory) or 0 with *out set. */
-static int
-nd_vote(const uint64_t *h, size_t n, uint64_t *out)
-{
-    *out = 0;
-    if (n == 0) return 0;
-    nd_first_use();
-    int bits = 4;
-    while (((size_t)1 << bits) < 2 * n) bits++;
-    size_t size = (size_t)1 << bits, mask = size - 1;
+/* A hash set of uint64 (a per-process random multiplier picks the slot: crafted tokens
+   cannot make it quadratic); on the stack for up to ND_SMALL_SET / 2 values. */
+typedef struct {
+    int bits;
+    size_t mask;
+    uint64_t *set;
+    unsigned char *used;
     uint64_t set_here[ND_SMALL_SET];
     unsigned char used_here[ND_SMALL_SET];
-    uint64_t *set = set_here;
-    unsigned char *used = used_here;
+} nd_set;
+
+static int
+nd_set_open(nd_set *s, size_t n)
+{
+    nd_first_use();
+    s->bits = 4;
+    while (((size_t)1 << s->bits) < 2 * n) s->bits++;
+    size_t size = (size_t)1 << s->bits;
+    s->mask = size - 1;
+    s->set = s->set_here;
+    s->used = s->used_here;
     if (size > ND_SMALL_SET) { /* a long text: on the heap */
-        set = (uint64_t *)malloc(size * sizeof(uint64_t));
-        used = (unsigned char *)malloc(size);
-        if (set == NULL || used == NULL) {
-            free(set);
-            free(used);
+        s->set = (uint64_t *)malloc(size * sizeof(uint64_t));
+        s->used = (unsigned char *)malloc(size);
+        if (s->set == NULL || s->used == NULL) {
+            free(s->set);
+            free(s->used);
             return -1;
         }
     }
-    memset(used, 0, size);
-    uint64_t lanes[8] = {0}, ones[64] = {0}, features = 0;
+    memset(s->used, 0, size);
+    return 0;
+}
+
+static void
+nd_set_close(nd_set *s)
+{
+    if (s->set != s->set_here) {
+        free(s->set);
+        free(s->used);
+    }
+}
+
+/* Adds x: 1 when it is new, 0 when it was there. */
+static inline int
+nd_set_add(nd_set *s, uint64_t x)
+{
+    size_t at = (size_t)((x * nd_set_mult) >> (64 - s->bits));
+    while (s->used[at] && s->set[at] != x) at = (at + 1) & s->mask;
+    if (s->used[at]) return 0;
+    s->used[at] = 1;
+    s->set[at] = x;
+    return 1;
+}
+
+static inline int
+nd_set_has(const nd_set *s, uint64_t x)
+{
+    size_t at = (size_t)((x * nd_set_mult) >> (64 - s->bits));
+    while (s->used[at] && s->set[at] != x) at = (at + 1) & s->mask;
+    return s->used[at];
+}
+
+/* h[0..n) compacted to its distinct values, first occurrences in order: their count, or
+   (size_t)-1 when memory runs out. */
+static size_t
+nd_distinct(uint64_t *h, size_t n)
+{
+    if (n == 0) return 0;
+    nd_set s;
+    if (nd_set_open(&s, n) < 0) return (size_t)-1;
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+        if (nd_set_add(&s, h[i])) h[kept++] = h[i];
+    nd_set_close(&s);
+    return kept;
+}
+
+/* The majority vote of h[0..n) (distinct values), each output bit over the features. */
+static uint64_t
+nd_vote(const uint64_t *h, size_t n)
+{
+    uint64_t lanes[8] = {0}, ones[64] = {0};
     unsigned pending = 0;
+    nd_first_use();
     for (size_t i = 0; i < n; i++) {
         uint64_t x = h[i];
-        size_t at = (size_t)((x * nd_set_mult) >> (64 - bits));
-        while (used[at] && set[at] != x) at = (at + 1) & mask;
-        if (used[at]) continue; /* seen before */
-        used[at] = 1;
-        set[at] = x;
-        features++;
         for (int b = 0; b < 8; b++) lanes[b] += nd_spread[(x >> (8 * b)) & 0xff];
         if (++pending == 255) { /* a byte lane holds up to 255 */
             for (int b = 0; b < 8; b++) {
@@ -240,27 +293,25 @@ nd_vote(const uint64_t *h, size_t n, uint64_t *out)
     }
     for (int b = 0; b < 8; b++)
         for (int j = 0; j < 8; j++) ones[8 * b + j] += (lanes[b] >> (8 * j)) & 0xff;
-    if (set != set_here) {
-        free(set);
-        free(used);
-    }
     uint64_t fp = 0;
     for (int i = 0; i < 64; i++)
-        if (2 * ones[i] > features) fp |= (uint64_t)1 << i;
-    *out = fp;
-    return 0;
+        if (2 * ones[i] > n) fp |= (uint64_t)1 << i;
+    return fp;
 }
 
-/* The SimHash of the token hashes h[0..n) (h is overwritten, freed unless it is `keep`). */
+/* The SimHash (features = 0) or the distinct features as bytes (features = 1) of the token
+   hashes h[0..n); h is overwritten, and freed unless it is `keep`. */
 static PyObject *
-nd_finish(uint64_t *h, size_t n, Py_ssize_t shingle, const uint64_t *keep)
+nd_finish(uint64_t *h, size_t n, Py_ssize_t shingle, const uint64_t *keep, int features)
 {
-    uint64_t fp;
     n = nd_shingles(h, n, (size_t)shingle);
-    int failed = nd_vote(h, n, &fp);
+    size_t kept = nd_distinct(h, n);
+    PyObject *out = NULL;
+    if (kept == (size_t)-1) PyErr_NoMemory();
+    else if (features) out = PyBytes_FromStringAndSize((const char *)h, (Py_ssize_t)(kept * 8));
+    else out = PyLong_FromUnsignedLongLong(nd_vote(h, kept));
     if (h != keep) free(h);
-    if (failed) return PyErr_NoMemory();
-    return PyLong_FromUnsignedLongLong(fp);
+    return out;
 }
 
 static int
@@ -277,7 +328,7 @@ nd_shingle_arg(PyObject *arg, Py_ssize_t *shingle)
 
 
 static PyObject *
-simhash_text(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+nd_text(PyObject *const *args, Py_ssize_t nargs, int features)
 {
     Py_ssize_t shingle;
     if (nargs != 2) {
@@ -325,11 +376,23 @@ simhash_text(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         h[n++] = XXH3_64bits(word, w);
         if (word != word_here) free(word);
     }
-    return nd_finish(h, n, shingle, h_here);
+    return nd_finish(h, n, shingle, h_here, features);
 }
 
 static PyObject *
-simhash_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+simhash_text(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return nd_text(args, nargs, 0);
+}
+
+static PyObject *
+features_text(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return nd_text(args, nargs, 1);
+}
+
+static PyObject *
+nd_tokens(PyObject *const *args, Py_ssize_t nargs, int features)
 {
     Py_ssize_t shingle;
     if (nargs != 2) {
@@ -356,7 +419,75 @@ simhash_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         h[i] = XXH3_64bits(PyBytes_AS_STRING(items[i]), (size_t)PyBytes_GET_SIZE(items[i]));
     }
     Py_DECREF(seq);
-    return nd_finish(h, (size_t)n, shingle, NULL);
+    return nd_finish(h, (size_t)n, shingle, NULL, features);
+}
+
+static PyObject *
+simhash_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return nd_tokens(args, nargs, 0);
+}
+
+static PyObject *
+features_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return nd_tokens(args, nargs, 1);
+}
+
+/* nd_jaccard(a, b) -> float: |a & b| / |a | b| of two buffers of distinct uint64 (1.0 for
+   two empty ones): the smaller in a hash set, the other probed. */
+static PyObject *
+nd_jaccard(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "nd_jaccard(a, b)");
+        return NULL;
+    }
+    Py_buffer va, vb;
+    if (PyObject_GetBuffer(args[0], &va, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &vb, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&va);
+        return NULL;
+    }
+    size_t na = (size_t)va.len / 8, nb = (size_t)vb.len / 8;
+    PyObject *out = NULL;
+    if ((size_t)va.len % 8 || (size_t)vb.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "nd_jaccard: buffers of uint64");
+        goto done;
+    }
+    if (na + nb == 0) {
+        out = PyFloat_FromDouble(1.0);
+        goto done;
+    }
+    const uint64_t *small = (const uint64_t *)va.buf, *large = (const uint64_t *)vb.buf;
+    size_t ns = na, nl = nb;
+    if (na > nb) {
+        small = (const uint64_t *)vb.buf;
+        large = (const uint64_t *)va.buf;
+        ns = nb;
+        nl = na;
+    }
+    nd_set set;
+    if (nd_set_open(&set, ns ? ns : 1) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint64_t x;
+    for (size_t i = 0; i < ns; i++) {
+        memcpy(&x, small + i, 8); /* a buffer's items need not be aligned */
+        nd_set_add(&set, x);
+    }
+    size_t shared = 0;
+    for (size_t i = 0; i < nl; i++) {
+        memcpy(&x, large + i, 8);
+        shared += (size_t)nd_set_has(&set, x);
+    }
+    nd_set_close(&set);
+    out = PyFloat_FromDouble((double)shared / (double)(na + nb - shared));
+done:
+    PyBuffer_Release(&va);
+    PyBuffer_Release(&vb);
+    return out;
 }
 
 /* ------------------------------------------------------------------ the index's tables */
@@ -685,6 +816,14 @@ nd_first_use(void)
      "ASCII, tokenise it in Python)."},                                                        \
         {"simhash_tokens", (PyCFunction)(void (*)(void))simhash_tokens, METH_FASTCALL,          \
          "simhash_tokens(tokens, shingle) -> int\n\nThe SimHash of a list of token bytes."},   \
+        {"features_text", (PyCFunction)(void (*)(void))features_text, METH_FASTCALL,            \
+         "features_text(text, shingle) -> bytes | None\n\nThe distinct feature hashes of an "  \
+         "ASCII text (uint64, first seen first)."},                                            \
+        {"features_tokens", (PyCFunction)(void (*)(void))features_tokens, METH_FASTCALL,        \
+         "features_tokens(tokens, shingle) -> bytes\n\nThe distinct feature hashes of token "  \
+         "bytes."},                                                                            \
+        {"nd_jaccard", (PyCFunction)(void (*)(void))nd_jaccard, METH_FASTCALL,                  \
+         "nd_jaccard(a, b) -> float\n\nJaccard similarity of two buffers of distinct uint64."}, \
         {"nd_build", (PyCFunction)(void (*)(void))nd_build, METH_FASTCALL,                      \
          "nd_build(fps, n, tables) -> capsule\n\nThe near-duplicate tables of the first n "    \
          "fingerprints."},                                                                     \

@@ -12,6 +12,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -101,6 +102,30 @@ def test_the_compiled_simhash_refuses_what_the_reference_refuses() -> None:
         speedups.simhash_text(b"bytes", 1)
     with pytest.raises(TypeError):
         speedups.simhash_tokens(["str"], 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(WORDS, max_size=80), st.lists(WORDS, max_size=80), st.integers(1, 4))
+@example([], [], 1)
+@example(["a b c"], [], 1)
+def test_features_and_jaccard_equal_the_reference(a: list[str], b: list[str], shingle: int) -> None:
+    fa, fb = sh.features(" ".join(a), shingle=shingle), sh.features(" ".join(b), shingle=shingle)
+    ra, rb = (
+        sh.features_py(" ".join(a), shingle=shingle),
+        sh.features_py(" ".join(b), shingle=shingle),
+    )
+    assert sorted(fa.tolist()) == ra.tolist() and sorted(fb.tolist()) == rb.tolist()
+    assert sh.jaccard(fa, fb) == sh.jaccard_py(ra, rb) == sh.jaccard(fb, fa)
+    assert sh._vote(ra) == sh.simhash(" ".join(a), shingle=shingle)
+
+
+def test_jaccard_is_exact_on_texts_with_known_overlap() -> None:
+    a = sh.features(" ".join(f"w{i}" for i in range(3000)))  # beyond the stack's set
+    b = sh.features(" ".join(f"w{i}" for i in range(1000, 5000)))
+    assert sh.jaccard(a, b) == 2000 / 5000 == sh.jaccard_py(np.sort(a), np.sort(b))
+    assert sh.jaccard(a, a[:0]) == 0.0 and sh.jaccard(a[:0], a[:0]) == 1.0
+    with pytest.raises(ValueError):
+        speedups.nd_jaccard(b"1234567", b"")
 
 
 # ------------------------------------------------------------------ the table walk

@@ -32,7 +32,18 @@ import xxhash
 
 from urlsieve._accel import speedups as _accel
 
-__all__ = ["EMPTY", "hamming", "simhash", "simhash_many", "simhash_py", "tokens"]
+__all__ = [
+    "EMPTY",
+    "features",
+    "features_py",
+    "hamming",
+    "jaccard",
+    "jaccard_py",
+    "simhash",
+    "simhash_many",
+    "simhash_py",
+    "tokens",
+]
 
 #: The SimHash of a text with no words.
 EMPTY = 0
@@ -141,6 +152,45 @@ def simhash_py(text: str, *, shingle: int = 1) -> int:
     if shingle < 1:
         raise ValueError(f"shingle must be at least 1, not {shingle}")
     return _vote(_features(_token_bytes(text), shingle))
+
+
+def features(text: str, *, shingle: int = 1) -> npt.NDArray[np.uint64]:
+    """The distinct feature hashes :func:`simhash` votes over (in no particular order).
+
+    Kept beside a document's SimHash, they confirm a candidate the index returns:
+    :func:`jaccard` of the two is the exact Jaccard similarity of the token sets (up to
+    64-bit hash collisions), which the SimHash distance only estimates.
+    """
+    if shingle < 1:
+        raise ValueError(f"shingle must be at least 1, not {shingle}")
+    if speedups is None:
+        return features_py(text, shingle=shingle)
+    data: bytes | None = speedups.features_text(text, shingle)
+    if data is None:  # not ASCII: tokenised here
+        data = speedups.features_tokens(_token_bytes(text), shingle)
+    return np.frombuffer(data, dtype=np.uint64)
+
+
+def features_py(text: str, *, shingle: int = 1) -> npt.NDArray[np.uint64]:
+    """:func:`features` in Python and numpy, sorted (the reference of the compiled path)."""
+    if shingle < 1:
+        raise ValueError(f"shingle must be at least 1, not {shingle}")
+    return _features(_token_bytes(text), shingle)
+
+
+def jaccard(a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64]) -> float:
+    """The Jaccard similarity of two :func:`features` arrays (1.0 for two empty ones)."""
+    if speedups is not None:
+        return float(speedups.nd_jaccard(a, b))
+    return jaccard_py(a, b)
+
+
+def jaccard_py(a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64]) -> float:
+    """:func:`jaccard` in numpy (the reference)."""
+    if not len(a) and not len(b):
+        return 1.0
+    shared = len(np.intersect1d(a, b, assume_unique=True))
+    return shared / (len(a) + len(b) - shared)
 
 
 def simhash_many(texts: Iterable[str], *, shingle: int = 1) -> npt.NDArray[np.uint64]:
