@@ -299,8 +299,8 @@ nd_vote(const uint64_t *h, size_t n)
     return fp;
 }
 
-/* The SimHash (features = 0) or the distinct features as bytes (features = 1) of the token
-   hashes h[0..n); h is overwritten, and freed unless it is `keep`. */
+/* The SimHash (features = 0), or it and the distinct features as bytes (features = 1), of
+   the token hashes h[0..n); h is overwritten, and freed unless it is `keep`. */
 static PyObject *
 nd_finish(uint64_t *h, size_t n, Py_ssize_t shingle, const uint64_t *keep, int features)
 {
@@ -308,7 +308,9 @@ nd_finish(uint64_t *h, size_t n, Py_ssize_t shingle, const uint64_t *keep, int f
     size_t kept = nd_distinct(h, n);
     PyObject *out = NULL;
     if (kept == (size_t)-1) PyErr_NoMemory();
-    else if (features) out = PyBytes_FromStringAndSize((const char *)h, (Py_ssize_t)(kept * 8));
+    else if (features)
+        out = Py_BuildValue("(Ky#)", (unsigned long long)nd_vote(h, kept), (const char *)h,
+                            (Py_ssize_t)(kept * 8));
     else out = PyLong_FromUnsignedLongLong(nd_vote(h, kept));
     if (h != keep) free(h);
     return out;
@@ -558,7 +560,7 @@ nd_fill(nd_table *t, const uint64_t *fps, size_t n, int width)
     t->fps = (uint64_t *)malloc((n + 1) * sizeof(uint64_t));
     t->docs = (uint32_t *)malloc((n + 1) * sizeof(uint32_t));
     if (t->fps == NULL || t->docs == NULL) return -1;
-    t->direct = width <= ND_DIRECT_BITS && ((size_t)1 << width) <= 8 * n + 4096;
+    t->direct = width <= ND_DIRECT_BITS && ((size_t)1 << width) <= 16 * n + 4096;
     if (t->direct) {
         size_t slots = (size_t)1 << width;
         t->starts = (uint32_t *)calloc(slots + 1, sizeof(uint32_t));
@@ -817,11 +819,11 @@ nd_first_use(void)
         {"simhash_tokens", (PyCFunction)(void (*)(void))simhash_tokens, METH_FASTCALL,          \
          "simhash_tokens(tokens, shingle) -> int\n\nThe SimHash of a list of token bytes."},   \
         {"features_text", (PyCFunction)(void (*)(void))features_text, METH_FASTCALL,            \
-         "features_text(text, shingle) -> bytes | None\n\nThe distinct feature hashes of an "  \
-         "ASCII text (uint64, first seen first)."},                                            \
+         "features_text(text, shingle) -> tuple[int, bytes] | None\n\nThe SimHash and the "   \
+         "distinct feature hashes (uint64, first seen first) of an ASCII text."},                                            \
         {"features_tokens", (PyCFunction)(void (*)(void))features_tokens, METH_FASTCALL,        \
-         "features_tokens(tokens, shingle) -> bytes\n\nThe distinct feature hashes of token "  \
-         "bytes."},                                                                            \
+         "features_tokens(tokens, shingle) -> tuple[int, bytes]\n\nThe SimHash and the "      \
+         "distinct feature hashes of token bytes."},                                                                            \
         {"nd_jaccard", (PyCFunction)(void (*)(void))nd_jaccard, METH_FASTCALL,                  \
          "nd_jaccard(a, b) -> float\n\nJaccard similarity of two buffers of distinct uint64."}, \
         {"nd_build", (PyCFunction)(void (*)(void))nd_build, METH_FASTCALL,                      \

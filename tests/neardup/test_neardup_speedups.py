@@ -117,6 +117,8 @@ def test_features_and_jaccard_equal_the_reference(a: list[str], b: list[str], sh
     assert sorted(fa.tolist()) == ra.tolist() and sorted(fb.tolist()) == rb.tolist()
     assert sh.jaccard(fa, fb) == sh.jaccard_py(ra, rb) == sh.jaccard(fb, fa)
     assert sh._vote(ra) == sh.simhash(" ".join(a), shingle=shingle)
+    both = sh.simhash_features(" ".join(a), shingle=shingle)
+    assert both[0] == sh._vote(ra) and sorted(both[1].tolist()) == ra.tolist()
 
 
 def test_jaccard_is_exact_on_texts_with_known_overlap() -> None:

@@ -40,6 +40,7 @@ __all__ = [
     "jaccard",
     "jaccard_py",
     "simhash",
+    "simhash_features",
     "simhash_many",
     "simhash_py",
     "tokens",
@@ -161,14 +162,20 @@ def features(text: str, *, shingle: int = 1) -> npt.NDArray[np.uint64]:
     :func:`jaccard` of the two is the exact Jaccard similarity of the token sets (up to
     64-bit hash collisions), which the SimHash distance only estimates.
     """
+    return simhash_features(text, shingle=shingle)[1]
+
+
+def simhash_features(text: str, *, shingle: int = 1) -> tuple[int, npt.NDArray[np.uint64]]:
+    """:func:`simhash` and :func:`features` of a text, tokenised once."""
     if shingle < 1:
         raise ValueError(f"shingle must be at least 1, not {shingle}")
     if speedups is None:
-        return features_py(text, shingle=shingle)
-    data: bytes | None = speedups.features_text(text, shingle)
-    if data is None:  # not ASCII: tokenised here
-        data = speedups.features_tokens(_token_bytes(text), shingle)
-    return np.frombuffer(data, dtype=np.uint64)
+        found = features_py(text, shingle=shingle)
+        return _vote(found), found
+    both: tuple[int, bytes] | None = speedups.features_text(text, shingle)
+    if both is None:  # not ASCII: tokenised here
+        both = speedups.features_tokens(_token_bytes(text), shingle)
+    return both[0], np.frombuffer(both[1], dtype=np.uint64)
 
 
 def features_py(text: str, *, shingle: int = 1) -> npt.NDArray[np.uint64]:
