@@ -73,7 +73,7 @@ from urlsieve.neardup.simhash import (
     _token_bytes,
     features,
     hamming,
-    jaccard,
+    jaccard_many,
     simhash,
     simhash_features,
 )
@@ -426,11 +426,9 @@ class Run:
         mem_d, lsh_d = grown(lambda: lsh_of(threshold, keys, self.default))
 
         def confirm(fp: int, mine: Any) -> list[int]:
-            return [
-                doc
-                for doc in (int(key) for key, _ in checked.query(fp))
-                if jaccard(mine, feats[doc]) >= threshold
-            ]
+            docs = [int(key) for key, _ in checked.query(fp)]
+            similar = jaccard_many(mine, [feats[doc] for doc in docs])
+            return [doc for doc, j in zip(docs, similar, strict=True) if j >= threshold]
 
         found = {
             "simhash": {q: {int(key) for key, _ in index.query(fps[q])} - {q} for q in queries},
@@ -601,7 +599,7 @@ permutations made once and reused, `hashfunc=xxhash.xxh3_64_intdigest`, `scheme=
 Every timed run on fresh objects; medians of 5 runs, the contenders taking turns (the
 default datasketch from the text: on the first {SLOW_QUERIES} queries). "+ exact check": the
 SimHash index asked at k + 2, each candidate kept when the Jaccard of the two documents'
-features (`urlsieve.neardup.simhash.features`, `jaccard`) is ≥ T; its lookup includes the
+features (`urlsieve.neardup.simhash`: `features`, `jaccard_many`) is ≥ T; its lookup includes the
 check, and from the text both the SimHash and the features (`simhash_features`).
 Machine: {machine()}; shared with other sessions (noisy: read the ratios, taken in one run).
 

@@ -46,6 +46,7 @@ COMPILED_PATHS: dict[str, str] = {
     "simhash_tokens": "SimHash of tokens",
     "features_text": "SimHash features (exact check)",
     "nd_jaccard": "Jaccard of features (exact check)",
+    "nd_jaccard_many": "Jaccard of candidates (exact check)",
     "nd_build": "near-duplicate tables (build)",
     "nd_query": "near-duplicate lookups",
 }

@@ -492,6 +492,76 @@ done:
     return out;
 }
 
+/* nd_jaccard_many(query, others) -> list[float]: nd_jaccard of the query with each of a
+   sequence of buffers, the query's hash set built once. */
+static PyObject *
+nd_jaccard_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "nd_jaccard_many(query, others)");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[1], "nd_jaccard_many: others must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_buffer vq;
+    if (PyObject_GetBuffer(args[0], &vq, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    size_t nq = (size_t)vq.len / 8;
+    nd_set set;
+    int opened = 0;
+    if ((size_t)vq.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "nd_jaccard_many: buffers of uint64");
+        goto done;
+    }
+    if (nd_set_open(&set, nq ? nq : 1) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    opened = 1;
+    uint64_t x;
+    for (size_t i = 0; i < nq; i++) {
+        memcpy(&x, (const char *)vq.buf + 8 * i, 8);
+        nd_set_add(&set, x);
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    out = PyList_New(count);
+    if (out == NULL) goto done;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        Py_buffer vo;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, j), &vo, PyBUF_SIMPLE) < 0) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        size_t no = (size_t)vo.len / 8, shared = 0;
+        int bad = (size_t)vo.len % 8 != 0;
+        for (size_t i = 0; !bad && i < no; i++) {
+            memcpy(&x, (const char *)vo.buf + 8 * i, 8);
+            shared += (size_t)nd_set_has(&set, x);
+        }
+        PyBuffer_Release(&vo);
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "nd_jaccard_many: buffers of uint64");
+            Py_CLEAR(out);
+            goto done;
+        }
+        double j_value = nq + no ? (double)shared / (double)(nq + no - shared) : 1.0;
+        PyObject *value = PyFloat_FromDouble(j_value);
+        if (value == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, j, value);
+    }
+done:
+    if (opened) nd_set_close(&set);
+    PyBuffer_Release(&vq);
+    Py_DECREF(seq);
+    return out;
+}
+
 /* ------------------------------------------------------------------ the index's tables */
 
 typedef struct {
@@ -826,6 +896,9 @@ nd_first_use(void)
          "distinct feature hashes of token bytes."},                                                                            \
         {"nd_jaccard", (PyCFunction)(void (*)(void))nd_jaccard, METH_FASTCALL,                  \
          "nd_jaccard(a, b) -> float\n\nJaccard similarity of two buffers of distinct uint64."}, \
+        {"nd_jaccard_many", (PyCFunction)(void (*)(void))nd_jaccard_many, METH_FASTCALL,        \
+         "nd_jaccard_many(query, others) -> list[float]\n\nnd_jaccard of the query with each "  \
+         "of others."},                                                                        \
         {"nd_build", (PyCFunction)(void (*)(void))nd_build, METH_FASTCALL,                      \
          "nd_build(fps, n, tables) -> capsule\n\nThe near-duplicate tables of the first n "    \
          "fingerprints."},                                                                     \

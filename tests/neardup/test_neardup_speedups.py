@@ -117,6 +117,11 @@ def test_features_and_jaccard_equal_the_reference(a: list[str], b: list[str], sh
     assert sorted(fa.tolist()) == ra.tolist() and sorted(fb.tolist()) == rb.tolist()
     assert sh.jaccard(fa, fb) == sh.jaccard_py(ra, rb) == sh.jaccard(fb, fa)
     assert sh._vote(ra) == sh.simhash(" ".join(a), shingle=shingle)
+    assert sh.jaccard_many(fa, [fb, fa, fb[:0]]) == [
+        sh.jaccard_py(ra, rb),
+        1.0,
+        sh.jaccard_py(ra, rb[:0]),
+    ]
     both = sh.simhash_features(" ".join(a), shingle=shingle)
     assert both[0] == sh._vote(ra) and sorted(both[1].tolist()) == ra.tolist()
 
@@ -128,6 +133,13 @@ def test_jaccard_is_exact_on_texts_with_known_overlap() -> None:
     assert sh.jaccard(a, a[:0]) == 0.0 and sh.jaccard(a[:0], a[:0]) == 1.0
     with pytest.raises(ValueError):
         speedups.nd_jaccard(b"1234567", b"")
+    with pytest.raises(ValueError):
+        speedups.nd_jaccard_many(b"1234567", [])
+    with pytest.raises(ValueError):
+        speedups.nd_jaccard_many(b"", [b"", b"123"])
+    with pytest.raises(TypeError):
+        speedups.nd_jaccard_many(b"", [1])
+    assert sh.jaccard_many(a, [b, a]) == [0.4, 1.0] and sh.jaccard_many(a[:0], []) == []
 
 
 # ------------------------------------------------------------------ the table walk

@@ -352,8 +352,9 @@ class MemoryIndex(_Tables, ClosingStore):
             self._insert(data.decode("utf-8", "surrogatepass"), fp)
 
     def query(self, fp: int, k: int | None = None) -> list[Match]:
-        self._live()
-        return self._lookup(fp, self._distance(k))
+        if self._closed:
+            self._live()
+        return self._lookup(fp, self.k if k is None else self._distance(k))
 
     def query_many(self, fps: Sequence[int], k: int | None = None) -> list[list[Match]]:
         self._live()

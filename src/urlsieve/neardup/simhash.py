@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +38,7 @@ __all__ = [
     "features_py",
     "hamming",
     "jaccard",
+    "jaccard_many",
     "jaccard_py",
     "simhash",
     "simhash_features",
@@ -190,6 +191,16 @@ def jaccard(a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64]) -> float:
     if speedups is not None:
         return float(speedups.nd_jaccard(a, b))
     return jaccard_py(a, b)
+
+
+def jaccard_many(
+    query: npt.NDArray[np.uint64], others: Sequence[npt.NDArray[np.uint64]]
+) -> list[float]:
+    """:func:`jaccard` of ``query`` with each of ``others`` (the candidates an index returned)."""
+    if speedups is not None:
+        found: list[float] = speedups.nd_jaccard_many(query, others)
+        return found
+    return [jaccard_py(query, other) for other in others]
 
 
 def jaccard_py(a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64]) -> float:
