@@ -592,12 +592,13 @@ def main() -> None:
         "distance 10 (the default)",
     ]
     b_rows = banner_rows(pages)
-    tolerated = [r for r in b_rows if "header" in r[0]]
-    tolerance = "none"
-    for row in tolerated:  # the largest header banner up to which every one is ≥ 90 % confirmed
-        if int(row[-1].rstrip("%")) < 90:
-            break
-        tolerance = f"{row[0].split(' words')[0]} words ({row[1]} of a page's distinct tokens)"
+    tolerance = {}
+    for kind in ("header", " + "):  # the largest added text up to which every one is ≥ 90 %
+        tolerance[kind] = "none"
+        for row in (r for r in b_rows if kind in r[0]):
+            if int(row[-1].rstrip("%")) < 90:
+                break
+            tolerance[kind] = f"{row[0].replace(', header', '')} ({row[1]} of a page's tokens)"
     s7 = next(r for r in rows if r[1] == "urlsieve SimHash, k = 7, 8 blocks")
     l7 = rows[rows.index(s7) + 2]
     unrelated = unrelated_distances(run.fps)
@@ -654,7 +655,8 @@ but for the distance. Unrelated pages of this corpus (200,000 random pairs): {un
 {table(b_header, b_rows)}
 
 Tolerance (this run): with the default distance, mirror hosts are confirmed (≥ 90 % of them)
-up to a banner of {tolerance}; farther, raise `distance` (12 bits tolerates more; unrelated
+up to a header or footer of {tolerance["header"]}, a header and a footer together of
+{tolerance[" + "]}; farther, raise `distance` (12 bits tolerates more; unrelated
 pages come within it more often, see above) or lower `min_ratio`.
 """
     print(body)
