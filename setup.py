@@ -33,7 +33,7 @@ setup(
         Extension(
             "urlsieve._speedups",
             sources=["src/urlsieve/_speedups.c"],
-            depends=["src/urlsieve/_xxh3.h"],
+            depends=["src/urlsieve/_xxh3.h", "src/urlsieve/_neardup.h"],
             optional=True,
         )
     ],

@@ -43,6 +43,13 @@ COMPILED_PATHS: dict[str, str] = {
     "scan_mode": "SIMD scan selection",
     "xxh3_64": "XXH3-64",
     "xxh3_128": "XXH3-128",
+    "simhash_text": "SimHash of a text",
+    "simhash_tokens": "SimHash of tokens",
+    "features_text": "SimHash features (exact check)",
+    "nd_jaccard": "Jaccard of features (exact check)",
+    "nd_jaccard_many": "Jaccard of candidates (exact check)",
+    "nd_build": "near-duplicate tables (build)",
+    "nd_query": "near-duplicate lookups",
 }
 
 _FIX_COMPILER = (

@@ -3640,6 +3640,9 @@ done:
     return out;
 }
 
+/* Near-duplicate documents: SimHash of a text, the index's table walk. */
+#include "_neardup.h"
+
 static PyMethodDef methods[] = {
     {"scan_mode", (PyCFunction)(void (*)(void))scan_mode, METH_FASTCALL,
      "scan_mode(name=None) -> str\n\nThe canonical scan in use (bytes, sse2, avx512: the\n"
@@ -3736,6 +3739,7 @@ static PyMethodDef methods[] = {
      "-> tuple[bytes, list[tuple[int, int]]]\n\n"
      "urlsieve filter's text output for input lines in one call; the holes (line,\n"
      "offset) are left for the caller."},
+    NEARDUP_METHODS
     {NULL, NULL, 0, NULL},
 };
 

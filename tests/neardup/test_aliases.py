@@ -18,9 +18,11 @@ from urlsieve.fingerprint import signature
 from urlsieve.neardup import (
     AliasTracker,
     DNSResolver,
+    MemoryIndex,
     MirrorDetector,
     StaticResolver,
     ip_url,
+    simhash,
     url_ids,
 )
 from urlsieve.url import CRAWLER, parse_url
@@ -96,7 +98,7 @@ def test_the_seed_rules_and_confirmation_by_content(dns_server: DnsServer) -> No
     decision = tracker.detector.decision("alias.site.test", "www.site.test")
     assert decision is not None and decision.confirmed
     assert [p.distance for p in decision.agree] == [2, 2, 2]
-    assert "3 of 3 same-location pages within 3 bits" in decision.reason
+    assert "3 of 3 same-location pages within 10 bits" in decision.reason
     shared = tracker.detector.decision("other.site.test", "www.site.test")
     assert shared is not None and not shared.confirmed and len(shared.disagree) == 3
 
@@ -165,7 +167,7 @@ def test_disagreeing_content_withdraws_an_alias() -> None:
         tracker.see(f"http://b.test/{i}")
         tracker.observe(f"http://b.test/{i}", i << 20)
     assert detector.alias_of("b.test") == "a.test"
-    detector.observe(parse_url("http://b.test/5", CRAWLER), 12345)  # fetched before: differs
+    detector.observe(parse_url("http://b.test/5", CRAWLER), (1 << 64) - 1)  # 62 bits: differs
     assert detector.alias_of("b.test") is None
     decision = detector.decision("a.test", "b.test")
     assert decision is not None and "2 of 3" in decision.reason
@@ -178,3 +180,55 @@ def test_detector_rejects_bad_thresholds() -> None:
         MirrorDetector(min_pairs=0)
     with pytest.raises(ValueError):
         MirrorDetector(min_ratio=0)
+
+
+BANNER = "this is an official mirror of the original site kept in sync every night"
+
+
+def _text_pages(rnd: random.Random, n: int, words: int = 250) -> list[str]:
+    vocab = [f"w{i}" for i in range(20_000)]
+    return [" ".join(rnd.choices(vocab, k=words)) for _ in range(n)]
+
+
+def test_a_mirror_that_adds_a_banner_to_every_page_is_confirmed() -> None:
+    """A one-line banner of 14 words moves each page's SimHash by a few bits: the default
+    distance (10) confirms the mirror; 3 bits (the old default) saw too few pages agree."""
+    rnd = random.Random(4)
+    pages = _text_pages(rnd, 12)
+    decided = {}
+    for distance in (3, 10):
+        detector = MirrorDetector(distance=distance) if distance != 10 else MirrorDetector()
+        for i, page in enumerate(pages):
+            detector.observe(f"http://www.orig.test/p{i}", simhash(page))
+            detector.observe(f"http://mirror.test/p{i}", simhash(f"{BANNER}\n{page}"))
+        detector.add_candidate("mirror.test", "www.orig.test")
+        decided[distance] = detector.alias_of("mirror.test")
+    assert decided[10] == "www.orig.test"
+    assert decided[3] is None
+    # A different site at the same paths is not a mirror at 10 bits either.
+    detector = MirrorDetector()
+    other = _text_pages(rnd, 12)
+    for i, page in enumerate(pages):
+        detector.observe(f"http://www.orig.test/p{i}", simhash(page))
+        detector.observe(f"http://other.test/p{i}", simhash(f"{BANNER}\n{other[i]}"))
+    detector.add_candidate("other.test", "www.orig.test")
+    assert detector.alias_of("other.test") is None
+
+
+def test_hosts_paired_through_the_index_compare_every_page_they_share() -> None:
+    """One page found by the index (within its k) pairs two hosts on different addresses;
+    the pages seen before are compared then, at the detector's distance."""
+    rnd = random.Random(8)
+    pages = [rnd.getrandbits(64) for _ in range(4)]
+    index = MemoryIndex(k=3)
+    detector = MirrorDetector(index=index)
+    assert detector.search == 3 and MirrorDetector(distance=2, index=index).search == 2
+    for i, fp in enumerate(pages):
+        detector.observe(f"http://www.orig.test/p{i}", fp)
+    for i, fp in enumerate(pages[:3]):  # 6 bits apart: beyond the index's k, within 10
+        detector.observe(f"http://copy.test/p{i}", _flip(fp, 6, rnd))
+    assert detector.decision("copy.test", "www.orig.test") is None  # not paired yet
+    assert detector.observe("http://copy.test/p3", _flip(pages[3], 1, rnd))  # found: paired
+    decision = detector.decision("copy.test", "www.orig.test")
+    assert decision is not None and len(decision.agree) == 4 and decision.confirmed
+    assert sorted(p.distance for p in decision.agree) == [1, 6, 6, 6]

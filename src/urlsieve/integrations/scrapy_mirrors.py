@@ -10,7 +10,8 @@ Settings (``settings.py``)::
     URLSIEVE_SEEN_STORE = "memory:"        # name IDs: any seen-store spec ({jobdir} works)
     URLSIEVE_ADDRESS_STORE = "memory:"     # IP IDs: any seen-store spec
     URLSIEVE_NEARDUP_INDEX = "memory:"     # page SimHashes: any near-duplicate index spec
-    URLSIEVE_MIRROR_DISTANCE = 3           # bits: two pages within it are the same content
+    URLSIEVE_MIRROR_DISTANCE = 10          # bits: two same-location pages within it agree
+    URLSIEVE_NEARDUP_DISTANCE = 3          # bits: the index's k (near duplicates, pairing)
     URLSIEVE_MIRROR_MIN_PAIRS = 3          # same-location page pairs a host-pair decision needs
     URLSIEVE_MIRROR_MIN_RATIO = 0.9        # share of them that must be near duplicates
     URLSIEVE_DROP_NEAR_DUPLICATES = False  # drop a response whose text is a near duplicate
@@ -25,8 +26,8 @@ on a request for the alias is canonicalised onto the original host, and one
 that was already seen there is dropped — at scheduling by the duplicate
 filter, or at download time by the middleware for requests scheduled before
 the decision (both counted as ``urlsieve/aliases``). With
-``URLSIEVE_DROP_NEAR_DUPLICATES`` a response whose text is within the
-distance of a page already fetched under another URL is dropped
+``URLSIEVE_DROP_NEAR_DUPLICATES`` a response whose text is within
+``URLSIEVE_NEARDUP_DISTANCE`` of a page already fetched under another URL is dropped
 (``urlsieve/near_duplicates``) and its links are not followed.
 
 ``UrlsieveResolver`` makes Scrapy connect through the same resolver (in
@@ -54,7 +55,7 @@ from zope.interface import implementer
 from urlsieve.exceptions import ConfigError, InvalidURL, ResolveError, StoreClosed
 from urlsieve.integrations.scrapy import UrlsieveDupeFilter, _has_body_or_method, _profile
 from urlsieve.integrations.scrapy import store_spec as _store_spec
-from urlsieve.neardup.aliases import AliasTracker, MirrorDetector
+from urlsieve.neardup.aliases import DISTANCE, AliasTracker, MirrorDetector
 from urlsieve.neardup.resolver import DNSResolver, StaticResolver, open_resolver
 from urlsieve.neardup.simhash import EMPTY, simhash
 from urlsieve.seen.base import open_seen
@@ -90,9 +91,9 @@ class _Shared:
         index_spec = settings.get("URLSIEVE_NEARDUP_INDEX", "memory:")
         from urlsieve.neardup.index import open_index
 
-        self.index = open_index(index_spec, k=settings.getint("URLSIEVE_MIRROR_DISTANCE", 3))
+        self.index = open_index(index_spec, k=settings.getint("URLSIEVE_NEARDUP_DISTANCE", 3))
         detector = MirrorDetector(
-            distance=settings.getint("URLSIEVE_MIRROR_DISTANCE", 3),
+            distance=settings.getint("URLSIEVE_MIRROR_DISTANCE", DISTANCE),
             min_pairs=settings.getint("URLSIEVE_MIRROR_MIN_PAIRS", 3),
             min_ratio=settings.getfloat("URLSIEVE_MIRROR_MIN_RATIO", 0.9),
             index=self.index,
@@ -301,7 +302,7 @@ class MirrorMiddleware:
             page = parse_url(response.url, self.tracker.base_profile)
         except InvalidURL:
             return response
-        hits = self.shared.index.query(fp, self.tracker.detector.distance)
+        hits = self.shared.index.query(fp, self.tracker.detector.search)
         near = [key for key, _ in hits if key != page.canonical]
         self.tracker.detector.observe(page, fp, hits=hits)  # adds the page to the index
         if near and self.drop:

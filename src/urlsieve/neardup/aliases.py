@@ -63,9 +63,14 @@ __all__ = [
 
 AliasOutcome = Literal["new", "duplicate", "candidate"]
 
+#: MirrorDetector's default page distance (bits); see its docstring
+DISTANCE = 10
+
 
 class PageIndex(Protocol):
     """What the detector needs of a near-duplicate index (every index backend has it)."""
+
+    k: int
 
     def add(self, key: str, fp: int) -> None: ...
 
@@ -156,17 +161,24 @@ class MirrorDetector:
     """Declares two hosts aliases when enough of their same-location pages are near duplicates.
 
     ``distance``: the largest Hamming distance between the 64-bit SimHashes
-    of two pages counted as the same content; ``min_pairs``: how many
-    compared page pairs a decision needs; ``min_ratio``: the share of them
-    that must agree. ``index``: a near-duplicate index (any
-    :func:`~urlsieve.neardup.open_index` spec's index) through which hosts on
-    different addresses are paired; without one only IP candidates are compared.
+    of two pages at the same location counted as the same content (default
+    10: a mirror that adds a banner, header or footer to every page moves each
+    page's SimHash by a few bits; ``benchmarks/neardup.py`` measures how big a
+    banner each distance tolerates, and how close unrelated pages come);
+    ``min_pairs``: how many compared page pairs a decision needs;
+    ``min_ratio``: the share of them that must agree. ``index``: a
+    near-duplicate index (any :func:`~urlsieve.neardup.open_index` spec's
+    index) through which hosts on different addresses are paired: a page
+    whose near duplicate (within :attr:`search`, at most the index's ``k``)
+    is at the same location on another host pairs the two hosts, and every
+    location they share is then compared at ``distance``. Without an index
+    only IP candidates are compared.
     """
 
     def __init__(
         self,
         *,
-        distance: int = 3,
+        distance: int = DISTANCE,
         min_pairs: int = 3,
         min_ratio: float = 0.9,
         index: PageIndex | None = None,
@@ -188,6 +200,11 @@ class MirrorDetector:
         self._scanned: set[tuple[str, str]] = set()  # candidate pairs compared in full once
         self._order: dict[str, int] = {}  # host -> first time seen, to choose alias targets
         self.aliases: dict[str, str] = {}  # confirmed: host -> the host it is an alias of
+
+    @property
+    def search(self) -> int:
+        """The distance the index is asked for: ``distance``, at most the index's ``k``."""
+        return self.distance if self.index is None else min(self.distance, self.index.k)
 
     # ------------------------------------------------------------- bookkeeping
     def _seen_host(self, host: str) -> None:
@@ -253,13 +270,16 @@ class MirrorDetector:
         others = set(self._partners.get(host, ()))
         if self.index is not None:
             if hits is None:
-                hits = self.index.query(simhash, self.distance)
+                hits = self.index.query(simhash, self.search)
             for key, _ in hits:
                 try:
                     other_host, other_location = _split(parse_url(key, self.profile))
                 except ValueError:
                     continue
-                if other_location == location and other_host != host:
+                if other_location == location and other_host != host and other_host not in others:
+                    # a new pair: the pages both hosts have so far are compared now, at
+                    # `distance` (the index only finds pages within `search` bits)
+                    self.add_candidate(host, other_host)
                     others.add(other_host)
             self.index.add(parsed.canonical, simhash)
         near: list[PagePair] = []

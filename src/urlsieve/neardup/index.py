@@ -36,6 +36,7 @@ import os
 import re
 import struct
 import zlib
+from array import array
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
@@ -43,6 +44,7 @@ from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from urlsieve._accel import speedups as _accel
 from urlsieve._bits import bit_counts
 from urlsieve.exceptions import ConfigError, StoreClosed, StoreCorrupt
 from urlsieve.store.base import ClosingStore
@@ -58,6 +60,12 @@ MASK64 = (1 << 64) - 1
 
 Match = tuple[str, int]
 U64 = npt.NDArray[np.uint64]
+
+#: the compiled table walk (None: the pure-Python dict tables; tests set it to None)
+speedups = _accel if _accel is not None and hasattr(_accel, "nd_query") else None
+#: documents added since the compiled tables were built are scanned one by one (in C) until
+#: there are more than this many, or more than 1/64 of the built ones: then they are rebuilt
+TAIL = 2048
 
 
 @runtime_checkable
@@ -113,6 +121,11 @@ class Layout:
                 offset += self.parts[index][2]
             self.tables.append((tuple(fields), offset))
         self._single = all(len(fields) == 1 for fields, _ in self.tables)
+        #: per table, (shift, mask, offset) of each block keying it: the compiled walk's layout
+        self.fields = tuple(
+            tuple((self.parts[i][0], self.parts[i][1], offset) for i, offset in fields)
+            for fields, _ in self.tables
+        )
 
     def keys(self, fp: int) -> list[int]:
         """The key of ``fp`` in every table."""
@@ -169,15 +182,24 @@ class _Tables:
     def __init__(self, k: int, blocks: int | None = None) -> None:
         self.k = _check_k(k)
         self.layout = Layout(k, blocks)
-        self._tables: list[dict[int, list[int]]] = [{} for _ in self.layout.tables]
         self._keys: list[str] = []
-        self._fps: list[int] = []
+        self._fps = array("Q")
         self._arrays: tuple[U64, list[_Sorted]] | None = None
+        # Compiled: the tables are built in C from _fps (nd_build), the documents added
+        # since are scanned until TAIL; pure Python: one dict per table, kept as keys come.
+        self._compiled = speedups
+        self._tables: list[dict[int, list[int]]] = (
+            [] if self._compiled is not None else [{} for _ in self.layout.tables]
+        )
+        self._built: Any = None
+        self._built_n = 0
 
     def _insert(self, key: str, fp: int) -> None:
         doc = len(self._keys)
         self._keys.append(key)
         self._fps.append(fp)
+        if self._compiled is not None:
+            return
         for table, value in zip(self._tables, self.layout.keys(fp), strict=True):
             bucket = table.get(value)
             if bucket is None:
@@ -188,7 +210,35 @@ class _Tables:
     def _distance(self, k: int | None) -> int:
         return _query_distance(k, self.k)
 
+    def _rebuild(self) -> Any:
+        """The compiled tables of every document so far."""
+        assert self._compiled is not None
+        n = len(self._fps)
+        self._built = self._compiled.nd_build(self._fps, n, self.layout.fields)
+        self._built_n = n
+        return self._built
+
     def _lookup(self, fp: int, k: int) -> list[Match]:
+        compiled = self._compiled
+        if compiled is None:
+            return self._lookup_py(fp, k)
+        fps = self._fps
+        n = len(fps)
+        built = self._built
+        tail = n - self._built_n
+        if built is None or (tail > TAIL and tail > self._built_n >> 6):
+            built = self._rebuild()
+        found = compiled.nd_query(built, fp, k, fps, n)
+        if not found:
+            return []
+        keys = self._keys
+        out = [(keys[doc], distance) for doc, distance in found]
+        if len(out) > 1:
+            out.sort(key=_order)
+        return out
+
+    def _lookup_py(self, fp: int, k: int) -> list[Match]:
+        """:meth:`_lookup` on the dict tables (the reference of the compiled walk)."""
         fp &= MASK64
         fps = self._fps
         keys = self._keys
@@ -214,7 +264,7 @@ class _Tables:
         cached = self._arrays
         if cached is not None and len(cached[0]) == len(self._fps):
             return cached
-        fps = np.array(self._fps, dtype=np.uint64)
+        fps = np.frombuffer(self._fps, dtype=np.uint64).copy()
         tables = []
         for table, (_, width) in enumerate(self.layout.tables):
             values = self.layout.keys_array(table, fps)
@@ -229,7 +279,7 @@ class _Tables:
 
     def _lookup_many(self, queries: Sequence[int], k: int) -> list[list[Match]]:
         """Every query at once: candidate ranges by binary search, distances vectorised."""
-        if len(queries) < BATCH_MIN or not self._fps:
+        if len(queries) < BATCH_MIN or not self._fps or self._compiled is not None:
             return [self._lookup(int(q), k) for q in queries]
         fps, tables = self._sorted_tables()
         if isinstance(queries, np.ndarray) and queries.dtype == np.uint64:
@@ -303,8 +353,9 @@ class MemoryIndex(_Tables, ClosingStore):
             self._insert(data.decode("utf-8", "surrogatepass"), fp)
 
     def query(self, fp: int, k: int | None = None) -> list[Match]:
-        self._live()
-        return self._lookup(fp, self._distance(k))
+        if self._closed:
+            self._live()
+        return self._lookup(fp, self.k if k is None else self._distance(k))
 
     def query_many(self, fps: Sequence[int], k: int | None = None) -> list[list[Match]]:
         self._live()

@@ -24,13 +24,28 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 import xxhash
 
-__all__ = ["EMPTY", "hamming", "simhash", "simhash_many", "tokens"]
+from urlsieve._accel import speedups as _accel
+
+__all__ = [
+    "EMPTY",
+    "features",
+    "features_py",
+    "hamming",
+    "jaccard",
+    "jaccard_many",
+    "jaccard_py",
+    "simhash",
+    "simhash_features",
+    "simhash_many",
+    "simhash_py",
+    "tokens",
+]
 
 #: The SimHash of a text with no words.
 EMPTY = 0
@@ -40,6 +55,8 @@ _WORD = re.compile(r"\w+")
 # CJK ideographs, kana, hangul syllables: scripts written without spaces.
 _UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 _xxh64 = xxhash.xxh3_64_intdigest
+#: the compiled SimHash (None: pure Python; tests set it to None for the reference)
+speedups = _accel if _accel is not None and hasattr(_accel, "simhash_text") else None
 
 
 def tokens(text: str) -> list[str]:
@@ -116,10 +133,82 @@ def _vote(features: npt.NDArray[np.uint64]) -> int:
 
 
 def simhash(text: str, *, shingle: int = 1) -> int:
-    """The 64-bit SimHash of the text's distinct tokens (or token runs), or :data:`EMPTY`."""
+    """The 64-bit SimHash of the text's distinct tokens (or token runs), or :data:`EMPTY`.
+
+    Compiled (``simhash_text``: ASCII text tokenised, hashed and voted in C;
+    ``simhash_tokens`` for the rest, tokenised here) when the extension is built;
+    :func:`simhash_py` is the reference it is held equal to.
+    """
+    if shingle < 1:
+        raise ValueError(f"shingle must be at least 1, not {shingle}")
+    if speedups is None:
+        return simhash_py(text, shingle=shingle)
+    fp: int | None = speedups.simhash_text(text, shingle)
+    if fp is None:  # not ASCII: NFKC, \w and CJK bigrams are Python's
+        fp = speedups.simhash_tokens(_token_bytes(text), shingle)
+    return int(fp)
+
+
+def simhash_py(text: str, *, shingle: int = 1) -> int:
+    """:func:`simhash` in Python and numpy (the reference of the compiled path)."""
     if shingle < 1:
         raise ValueError(f"shingle must be at least 1, not {shingle}")
     return _vote(_features(_token_bytes(text), shingle))
+
+
+def features(text: str, *, shingle: int = 1) -> npt.NDArray[np.uint64]:
+    """The distinct feature hashes :func:`simhash` votes over (in no particular order).
+
+    Kept beside a document's SimHash, they confirm a candidate the index returns:
+    :func:`jaccard` of the two is the exact Jaccard similarity of the token sets (up to
+    64-bit hash collisions), which the SimHash distance only estimates.
+    """
+    return simhash_features(text, shingle=shingle)[1]
+
+
+def simhash_features(text: str, *, shingle: int = 1) -> tuple[int, npt.NDArray[np.uint64]]:
+    """:func:`simhash` and :func:`features` of a text, tokenised once."""
+    if shingle < 1:
+        raise ValueError(f"shingle must be at least 1, not {shingle}")
+    if speedups is None:
+        found = features_py(text, shingle=shingle)
+        return _vote(found), found
+    both: tuple[int, bytes] | None = speedups.features_text(text, shingle)
+    if both is None:  # not ASCII: tokenised here
+        both = speedups.features_tokens(_token_bytes(text), shingle)
+    return both[0], np.frombuffer(both[1], dtype=np.uint64)
+
+
+def features_py(text: str, *, shingle: int = 1) -> npt.NDArray[np.uint64]:
+    """:func:`features` in Python and numpy, sorted (the reference of the compiled path)."""
+    if shingle < 1:
+        raise ValueError(f"shingle must be at least 1, not {shingle}")
+    return _features(_token_bytes(text), shingle)
+
+
+def jaccard(a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64]) -> float:
+    """The Jaccard similarity of two :func:`features` arrays (1.0 for two empty ones)."""
+    if speedups is not None:
+        return float(speedups.nd_jaccard(a, b))
+    return jaccard_py(a, b)
+
+
+def jaccard_many(
+    query: npt.NDArray[np.uint64], others: Sequence[npt.NDArray[np.uint64]]
+) -> list[float]:
+    """:func:`jaccard` of ``query`` with each of ``others`` (the candidates an index returned)."""
+    if speedups is not None:
+        found: list[float] = speedups.nd_jaccard_many(query, others)
+        return found
+    return [jaccard_py(query, other) for other in others]
+
+
+def jaccard_py(a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64]) -> float:
+    """:func:`jaccard` in numpy (the reference)."""
+    if not len(a) and not len(b):
+        return 1.0
+    shared = len(np.intersect1d(a, b, assume_unique=True))
+    return shared / (len(a) + len(b) - shared)
 
 
 def simhash_many(texts: Iterable[str], *, shingle: int = 1) -> npt.NDArray[np.uint64]:

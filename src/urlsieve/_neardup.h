@@ -1,0 +1,910 @@
+/* Near-duplicate documents: the SimHash of a text, and the near-duplicate index's table walk.
+ *
+ * Included once by _speedups.c (which brings Python.h, stdint.h and _xxh3.h); everything here
+ * is static. The pure-Python references are urlsieve/neardup/simhash.py (_vote, _features,
+ * _token_bytes) and urlsieve/neardup/index.py (_Tables._lookup_py), held equal by
+ * tests/neardup/test_neardup_speedups.py.
+ *
+ * simhash_text(text, shingle) -> int | None
+ *     The SimHash of an ASCII str: tokens are the runs of [A-Za-z0-9_], letters lowered (what
+ *     _token_bytes does for ASCII text); None for a text whose first MAX_TEXT characters are
+ *     not all ASCII (the caller tokenises it in Python and calls simhash_tokens).
+ * simhash_tokens(tokens, shingle) -> int
+ *     The SimHash of a list of token bytes.
+ *     Both: each token hashed with XXH3-64; with shingle > 1, each run of `shingle` tokens
+ *     combined by a polynomial (rolling: linear in the tokens whatever the width) and
+ *     murmur3's finaliser; the distinct features kept (a hash set with a per-process random
+ *     multiplier, so crafted tokens cannot make it quadratic); each bit the majority vote.
+ * nd_build(fps, n, tables) -> capsule
+ *     The tables of the first n fingerprints of fps (a uint64 buffer); tables: per table, the
+ *     (shift, mask, offset) of each block keying it (index.Layout). Per table, the documents
+ *     sorted by key with their fingerprints beside them (the walk reads one run of memory)
+ *     and, for keys of up to 20 bits, where each key's run starts (else a binary search).
+ * nd_query(capsule, fp, k, fps, n_total) -> list[tuple[int, int]]
+ *     (document, distance) of every document within k bits of fp, each once: the built ones
+ *     by the tables, then the documents built since ([n, n_total) of fps) by a scan.
+ */
+
+#include <time.h>
+
+#define ND_MAX_TEXT (8 << 20) /* simhash.MAX_TEXT */
+#define ND_MAX_TABLES 64
+#define ND_DIRECT_BITS 20
+#define ND_SMALL_SET 2048 /* hash set slots on the stack (texts of up to 1024 tokens) */
+#define ND_SMALL_TEXT 2048 /* token hashes on the stack (texts of up to 4094 characters) */
+#define ND_CAPSULE "urlsieve._speedups.neardup"
+
+static const uint64_t nd_mul = 0x9E3779B97F4A7C15ULL;
+
+static uint64_t nd_set_mult; /* odd, random per process: the hash set's multiplier */
+static void nd_first_use(void);
+
+/* The first j in [lo, hi) with f[j] within k bits of fp, or hi: with the popcnt instruction
+   where the CPU has it (chosen once, in nd_seed), else the compiler's popcount. */
+#define ND_NEXT_BODY                                                                           \
+    for (; lo < hi; lo++)                                                                      \
+        if (__builtin_popcountll(f[lo] ^ fp) <= k) break;                                      \
+    return lo;
+
+static size_t
+nd_next_plain(const uint64_t *f, size_t lo, size_t hi, uint64_t fp, int k)
+{
+    ND_NEXT_BODY
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("popcnt"))) static size_t
+nd_next_popcnt(const uint64_t *f, size_t lo, size_t hi, uint64_t fp, int k)
+{
+    ND_NEXT_BODY
+}
+#endif
+
+#ifdef SCAN_AVX512
+/* Eight at a time: VPOPCNTQ, an unsigned compare to k, the first lane that passes. */
+__attribute__((target("avx512f,avx512vpopcntdq"))) static size_t
+nd_next_avx512(const uint64_t *f, size_t lo, size_t hi, uint64_t fp, int k)
+{
+    const __m512i q = _mm512_set1_epi64((long long)fp), limit = _mm512_set1_epi64(k);
+    for (; lo + 8 <= hi; lo += 8) {
+        __m512i x = _mm512_xor_si512(_mm512_loadu_si512((const void *)(f + lo)), q);
+        __mmask8 m = _mm512_cmple_epu64_mask(_mm512_popcnt_epi64(x), limit);
+        if (m) return lo + (size_t)__builtin_ctz((unsigned)m);
+    }
+    for (; lo < hi; lo++)
+        if (__builtin_popcountll(f[lo] ^ fp) <= k) break;
+    return lo;
+}
+#endif
+
+static size_t (*nd_next)(const uint64_t *, size_t, size_t, uint64_t, int) = nd_next_plain;
+static const char *nd_next_name = "plain";
+
+/* nd_popcount(name | None) -> str: the candidate scan in use ("plain", "popcnt", "avx512"),
+   after choosing `name` (ValueError when this build or CPU lacks it): for the tests. */
+static PyObject *
+nd_popcount(PyObject *self, PyObject *arg)
+{
+    nd_first_use();
+    if (arg != Py_None) {
+        const char *name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+        if (name == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "nd_popcount(name)");
+            return NULL;
+        }
+        if (strcmp(name, "plain") == 0) {
+            nd_next = nd_next_plain;
+            nd_next_name = "plain";
+        }
+#if defined(__x86_64__) && defined(__GNUC__)
+        else if (strcmp(name, "popcnt") == 0 && __builtin_cpu_supports("popcnt")) {
+            nd_next = nd_next_popcnt;
+            nd_next_name = "popcnt";
+        }
+#endif
+#ifdef SCAN_AVX512
+        else if (strcmp(name, "avx512") == 0 && __builtin_cpu_supports("avx512f") &&
+                 __builtin_cpu_supports("avx512vpopcntdq")) {
+            nd_next = nd_next_avx512;
+            nd_next_name = "avx512";
+        }
+#endif
+        else {
+            PyErr_Format(PyExc_ValueError, "nd_popcount: %s is not available here", name);
+            return NULL;
+        }
+    }
+    return PyUnicode_FromString(nd_next_name);
+}
+
+static void
+nd_seed(void)
+{
+    if (nd_set_mult) return;
+    /* addresses (randomised by ASLR), the time and the clock: not secret, only unknown to
+       whoever writes the text in advance */
+    uint64_t seed = (uint64_t)(uintptr_t)&nd_set_mult ^ ((uint64_t)(uintptr_t)&seed << 17) ^
+                    (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+    seed ^= seed >> 29;
+    seed *= 0xBF58476D1CE4E5B9ULL;
+    seed ^= seed >> 32;
+    nd_set_mult = seed | 1;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("popcnt")) {
+        nd_next = nd_next_popcnt;
+        nd_next_name = "popcnt";
+    }
+#endif
+#ifdef SCAN_AVX512
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vpopcntdq")) {
+        nd_next = nd_next_avx512;
+        nd_next_name = "avx512";
+    }
+#endif
+}
+
+static inline uint64_t
+nd_fmix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDULL;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* Shingles in place: h[j] <- fmix(h[j]*M^(w-1) + ... + h[j+w-1]) for j < n - w + 1, by a
+   rolling sum (mod 2^64, equal to simhash._features' Horner form); returns the count. */
+static size_t
+nd_shingles(uint64_t *h, size_t n, size_t shingle)
+{
+    if (shingle <= 1 || n <= 1) return n;
+    size_t width = shingle < n ? shingle : n, runs = n - width + 1;
+    uint64_t top = 1; /* M^(width-1) */
+    for (size_t i = 1; i < width; i++) top *= nd_mul;
+    uint64_t c = 0;
+    for (size_t i = 0; i < width; i++) c = c * nd_mul + h[i];
+    for (size_t j = 0; j < runs; j++) {
+        uint64_t next = c;
+        if (j + 1 < runs) next = (c - h[j] * top) * nd_mul + h[j + width];
+        h[j] = nd_fmix(c);
+        c = next;
+    }
+    return runs;
+}
+
+/* spread[v]: byte j is bit j of v. */
+static uint64_t nd_spread[256];
+/* lower[c]: c lowered for a word byte ([A-Za-z0-9_]), 0 for a separator. */
+static unsigned char nd_lower[256];
+
+static void
+nd_init_spread(void)
+{
+    for (int c = 0; c < 256; c++) {
+        int word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                   (c >= '0' && c <= '9') || c == '_';
+        nd_lower[c] = word ? (unsigned char)((c >= 'A' && c <= 'Z') ? (c | 0x20) : c) : 0;
+    }
+    for (int v = 0; v < 256; v++) {
+        uint64_t s = 0;
+        for (int j = 0; j < 8; j++)
+            if (v >> j & 1) s |= (uint64_t)1 << (8 * j);
+        nd_spread[v] = s;
+    }
+}
+
+/* A hash set of uint64 (a per-process random multiplier picks the slot: crafted tokens
+   cannot make it quadratic); on the stack for up to ND_SMALL_SET / 2 values. */
+typedef struct {
+    int bits;
+    size_t mask;
+    uint64_t *set;
+    unsigned char *used;
+    uint64_t set_here[ND_SMALL_SET];
+    unsigned char used_here[ND_SMALL_SET];
+} nd_set;
+
+static int
+nd_set_open(nd_set *s, size_t n)
+{
+    nd_first_use();
+    s->bits = 4;
+    while (((size_t)1 << s->bits) < 2 * n) s->bits++;
+    size_t size = (size_t)1 << s->bits;
+    s->mask = size - 1;
+    s->set = s->set_here;
+    s->used = s->used_here;
+    if (size > ND_SMALL_SET) { /* a long text: on the heap */
+        s->set = (uint64_t *)malloc(size * sizeof(uint64_t));
+        s->used = (unsigned char *)malloc(size);
+        if (s->set == NULL || s->used == NULL) {
+            free(s->set);
+            free(s->used);
+            return -1;
+        }
+    }
+    memset(s->used, 0, size);
+    return 0;
+}
+
+static void
+nd_set_close(nd_set *s)
+{
+    if (s->set != s->set_here) {
+        free(s->set);
+        free(s->used);
+    }
+}
+
+/* Adds x: 1 when it is new, 0 when it was there. */
+static inline int
+nd_set_add(nd_set *s, uint64_t x)
+{
+    size_t at = (size_t)((x * nd_set_mult) >> (64 - s->bits));
+    while (s->used[at] && s->set[at] != x) at = (at + 1) & s->mask;
+    if (s->used[at]) return 0;
+    s->used[at] = 1;
+    s->set[at] = x;
+    return 1;
+}
+
+static inline int
+nd_set_has(const nd_set *s, uint64_t x)
+{
+    size_t at = (size_t)((x * nd_set_mult) >> (64 - s->bits));
+    while (s->used[at] && s->set[at] != x) at = (at + 1) & s->mask;
+    return s->used[at];
+}
+
+/* h[0..n) compacted to its distinct values, first occurrences in order: their count, or
+   (size_t)-1 when memory runs out. */
+static size_t
+nd_distinct(uint64_t *h, size_t n)
+{
+    if (n == 0) return 0;
+    nd_set s;
+    if (nd_set_open(&s, n) < 0) return (size_t)-1;
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+        if (nd_set_add(&s, h[i])) h[kept++] = h[i];
+    nd_set_close(&s);
+    return kept;
+}
+
+/* The majority vote of h[0..n) (distinct values), each output bit over the features. */
+static uint64_t
+nd_vote(const uint64_t *h, size_t n)
+{
+    uint64_t lanes[8] = {0}, ones[64] = {0};
+    unsigned pending = 0;
+    nd_first_use();
+    for (size_t i = 0; i < n; i++) {
+        uint64_t x = h[i];
+        for (int b = 0; b < 8; b++) lanes[b] += nd_spread[(x >> (8 * b)) & 0xff];
+        if (++pending == 255) { /* a byte lane holds up to 255 */
+            for (int b = 0; b < 8; b++) {
+                for (int j = 0; j < 8; j++) ones[8 * b + j] += (lanes[b] >> (8 * j)) & 0xff;
+                lanes[b] = 0;
+            }
+            pending = 0;
+        }
+    }
+    for (int b = 0; b < 8; b++)
+        for (int j = 0; j < 8; j++) ones[8 * b + j] += (lanes[b] >> (8 * j)) & 0xff;
+    uint64_t fp = 0;
+    for (int i = 0; i < 64; i++)
+        if (2 * ones[i] > n) fp |= (uint64_t)1 << i;
+    return fp;
+}
+
+/* The SimHash (features = 0), or it and the distinct features as bytes (features = 1), of
+   the token hashes h[0..n); h is overwritten, and freed unless it is `keep`. */
+static PyObject *
+nd_finish(uint64_t *h, size_t n, Py_ssize_t shingle, const uint64_t *keep, int features)
+{
+    n = nd_shingles(h, n, (size_t)shingle);
+    size_t kept = nd_distinct(h, n);
+    PyObject *out = NULL;
+    if (kept == (size_t)-1) PyErr_NoMemory();
+    else if (features)
+        out = Py_BuildValue("(Ky#)", (unsigned long long)nd_vote(h, kept), (const char *)h,
+                            (Py_ssize_t)(kept * 8));
+    else out = PyLong_FromUnsignedLongLong(nd_vote(h, kept));
+    if (h != keep) free(h);
+    return out;
+}
+
+static int
+nd_shingle_arg(PyObject *arg, Py_ssize_t *shingle)
+{
+    *shingle = PyLong_AsSsize_t(arg);
+    if (*shingle == -1 && PyErr_Occurred()) return -1;
+    if (*shingle < 1) {
+        PyErr_Format(PyExc_ValueError, "shingle must be at least 1, not %zd", *shingle);
+        return -1;
+    }
+    return 0;
+}
+
+
+static PyObject *
+nd_text(PyObject *const *args, Py_ssize_t nargs, int features)
+{
+    Py_ssize_t shingle;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "simhash_text(text, shingle)");
+        return NULL;
+    }
+    if (!PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "simhash_text: text must be str");
+        return NULL;
+    }
+    if (nd_shingle_arg(args[1], &shingle) < 0) return NULL;
+    PyObject *text = args[0];
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
+    if (len > ND_MAX_TEXT) len = ND_MAX_TEXT;
+    if (!PyUnicode_IS_ASCII(text)) Py_RETURN_NONE; /* tokenised in Python (NFKC, \w, CJK) */
+    const unsigned char *p = (const unsigned char *)PyUnicode_DATA(text);
+    nd_first_use();
+    uint64_t h_here[ND_SMALL_TEXT];
+    unsigned char word_here[256];
+    uint64_t *h = h_here;
+    size_t most = (size_t)len / 2 + 1; /* tokens are separated: at most this many */
+    if (most > ND_SMALL_TEXT) {
+        h = (uint64_t *)malloc(most * sizeof(uint64_t));
+        if (h == NULL) return PyErr_NoMemory();
+    }
+    size_t n = 0;
+    Py_ssize_t i = 0;
+    while (i < len) {
+        while (i < len && !nd_lower[p[i]]) i++;
+        Py_ssize_t start = i;
+        int upper = 0;
+        while (i < len && nd_lower[p[i]]) upper |= nd_lower[p[i]] != p[i], i++;
+        size_t w = (size_t)(i - start);
+        if (w == 0) break;
+        if (!upper) { /* already lower case: hashed where it is */
+            h[n++] = XXH3_64bits(p + start, w);
+            continue;
+        }
+        unsigned char *word = w <= sizeof word_here ? word_here : (unsigned char *)malloc(w);
+        if (word == NULL) {
+            if (h != h_here) free(h);
+            return PyErr_NoMemory();
+        }
+        for (size_t j = 0; j < w; j++) word[j] = nd_lower[p[start + (Py_ssize_t)j]];
+        h[n++] = XXH3_64bits(word, w);
+        if (word != word_here) free(word);
+    }
+    return nd_finish(h, n, shingle, h_here, features);
+}
+
+static PyObject *
+simhash_text(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return nd_text(args, nargs, 0);
+}
+
+static PyObject *
+features_text(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return nd_text(args, nargs, 1);
+}
+
+static PyObject *
+nd_tokens(PyObject *const *args, Py_ssize_t nargs, int features)
+{
+    Py_ssize_t shingle;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "simhash_tokens(tokens, shingle)");
+        return NULL;
+    }
+    if (nd_shingle_arg(args[1], &shingle) < 0) return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "simhash_tokens: tokens must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    uint64_t *h = (uint64_t *)malloc(((size_t)n + 1) * sizeof(uint64_t));
+    if (h == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_Check(items[i])) {
+            free(h);
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "simhash_tokens: every token must be bytes");
+            return NULL;
+        }
+        h[i] = XXH3_64bits(PyBytes_AS_STRING(items[i]), (size_t)PyBytes_GET_SIZE(items[i]));
+    }
+    Py_DECREF(seq);
+    return nd_finish(h, (size_t)n, shingle, NULL, features);
+}
+
+static PyObject *
+simhash_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return nd_tokens(args, nargs, 0);
+}
+
+static PyObject *
+features_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return nd_tokens(args, nargs, 1);
+}
+
+/* nd_jaccard(a, b) -> float: |a & b| / |a | b| of two buffers of distinct uint64 (1.0 for
+   two empty ones): the smaller in a hash set, the other probed. */
+static PyObject *
+nd_jaccard(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "nd_jaccard(a, b)");
+        return NULL;
+    }
+    Py_buffer va, vb;
+    if (PyObject_GetBuffer(args[0], &va, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &vb, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&va);
+        return NULL;
+    }
+    size_t na = (size_t)va.len / 8, nb = (size_t)vb.len / 8;
+    PyObject *out = NULL;
+    if ((size_t)va.len % 8 || (size_t)vb.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "nd_jaccard: buffers of uint64");
+        goto done;
+    }
+    if (na + nb == 0) {
+        out = PyFloat_FromDouble(1.0);
+        goto done;
+    }
+    const uint64_t *small = (const uint64_t *)va.buf, *large = (const uint64_t *)vb.buf;
+    size_t ns = na, nl = nb;
+    if (na > nb) {
+        small = (const uint64_t *)vb.buf;
+        large = (const uint64_t *)va.buf;
+        ns = nb;
+        nl = na;
+    }
+    nd_set set;
+    if (nd_set_open(&set, ns ? ns : 1) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint64_t x;
+    for (size_t i = 0; i < ns; i++) {
+        memcpy(&x, small + i, 8); /* a buffer's items need not be aligned */
+        nd_set_add(&set, x);
+    }
+    size_t shared = 0;
+    for (size_t i = 0; i < nl; i++) {
+        memcpy(&x, large + i, 8);
+        shared += (size_t)nd_set_has(&set, x);
+    }
+    nd_set_close(&set);
+    out = PyFloat_FromDouble((double)shared / (double)(na + nb - shared));
+done:
+    PyBuffer_Release(&va);
+    PyBuffer_Release(&vb);
+    return out;
+}
+
+/* nd_jaccard_many(query, others) -> list[float]: nd_jaccard of the query with each of a
+   sequence of buffers, the query's hash set built once. */
+static PyObject *
+nd_jaccard_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "nd_jaccard_many(query, others)");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[1], "nd_jaccard_many: others must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_buffer vq;
+    if (PyObject_GetBuffer(args[0], &vq, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    size_t nq = (size_t)vq.len / 8;
+    nd_set set;
+    int opened = 0;
+    if ((size_t)vq.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "nd_jaccard_many: buffers of uint64");
+        goto done;
+    }
+    if (nd_set_open(&set, nq ? nq : 1) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    opened = 1;
+    uint64_t x;
+    for (size_t i = 0; i < nq; i++) {
+        memcpy(&x, (const char *)vq.buf + 8 * i, 8);
+        nd_set_add(&set, x);
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    out = PyList_New(count);
+    if (out == NULL) goto done;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        Py_buffer vo;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, j), &vo, PyBUF_SIMPLE) < 0) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        size_t no = (size_t)vo.len / 8, shared = 0;
+        int bad = (size_t)vo.len % 8 != 0;
+        for (size_t i = 0; !bad && i < no; i++) {
+            memcpy(&x, (const char *)vo.buf + 8 * i, 8);
+            shared += (size_t)nd_set_has(&set, x);
+        }
+        PyBuffer_Release(&vo);
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "nd_jaccard_many: buffers of uint64");
+            Py_CLEAR(out);
+            goto done;
+        }
+        double j_value = nq + no ? (double)shared / (double)(nq + no - shared) : 1.0;
+        PyObject *value = PyFloat_FromDouble(j_value);
+        if (value == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, j, value);
+    }
+done:
+    if (opened) nd_set_close(&set);
+    PyBuffer_Release(&vq);
+    Py_DECREF(seq);
+    return out;
+}
+
+/* ------------------------------------------------------------------ the index's tables */
+
+typedef struct {
+    int nfields;
+    int shift[64];
+    uint64_t mask[64];
+    int offset[64];
+    uint64_t bits;  /* the fingerprint bits this table is keyed by */
+    int direct;     /* keys addressed directly through starts[] */
+    uint32_t *starts; /* direct: (1 << width) + 1 run starts */
+    uint64_t *keys;   /* else: the keys, sorted */
+    uint64_t *fps;    /* the fingerprints in key order */
+    uint32_t *docs;   /* the documents in key order */
+} nd_table;
+
+typedef struct {
+    size_t n;
+    int ntables;
+    nd_table t[ND_MAX_TABLES];
+} nd_index;
+
+static inline uint64_t
+nd_key(const nd_table *t, uint64_t fp)
+{
+    uint64_t key = 0;
+    for (int f = 0; f < t->nfields; f++) key |= ((fp >> t->shift[f]) & t->mask[f]) << t->offset[f];
+    return key;
+}
+
+static void
+nd_free(nd_index *ix)
+{
+    if (ix == NULL) return;
+    for (int i = 0; i < ix->ntables; i++) {
+        free(ix->t[i].starts);
+        free(ix->t[i].keys);
+        free(ix->t[i].fps);
+        free(ix->t[i].docs);
+    }
+    free(ix);
+}
+
+static void
+nd_capsule_free(PyObject *capsule)
+{
+    nd_free((nd_index *)PyCapsule_GetPointer(capsule, ND_CAPSULE));
+}
+
+typedef struct {
+    uint64_t key;
+    uint32_t doc;
+} nd_pair;
+
+static int
+nd_pair_cmp(const void *a, const void *b)
+{
+    const nd_pair *x = (const nd_pair *)a, *y = (const nd_pair *)b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->doc < y->doc ? -1 : (x->doc > y->doc);
+}
+
+/* Fill one table of the first n fingerprints; -1 when memory runs out. */
+static int
+nd_fill(nd_table *t, const uint64_t *fps, size_t n, int width)
+{
+    t->fps = (uint64_t *)malloc((n + 1) * sizeof(uint64_t));
+    t->docs = (uint32_t *)malloc((n + 1) * sizeof(uint32_t));
+    if (t->fps == NULL || t->docs == NULL) return -1;
+    t->direct = width <= ND_DIRECT_BITS && ((size_t)1 << width) <= 16 * n + 4096;
+    if (t->direct) {
+        size_t slots = (size_t)1 << width;
+        t->starts = (uint32_t *)calloc(slots + 1, sizeof(uint32_t));
+        if (t->starts == NULL) return -1;
+        for (size_t d = 0; d < n; d++) t->starts[nd_key(t, fps[d]) + 1]++;
+        for (size_t s = 0; s < slots; s++) t->starts[s + 1] += t->starts[s];
+        uint32_t *at = (uint32_t *)malloc((slots + 1) * sizeof(uint32_t));
+        if (at == NULL) return -1;
+        memcpy(at, t->starts, (slots + 1) * sizeof(uint32_t));
+        for (size_t d = 0; d < n; d++) {
+            uint32_t place = at[nd_key(t, fps[d])]++;
+            t->fps[place] = fps[d];
+            t->docs[place] = (uint32_t)d;
+        }
+        free(at);
+        return 0;
+    }
+    nd_pair *pairs = (nd_pair *)malloc((n + 1) * sizeof(nd_pair));
+    t->keys = (uint64_t *)malloc((n + 1) * sizeof(uint64_t));
+    if (pairs == NULL || t->keys == NULL) {
+        free(pairs);
+        return -1;
+    }
+    for (size_t d = 0; d < n; d++) {
+        pairs[d].key = nd_key(t, fps[d]);
+        pairs[d].doc = (uint32_t)d;
+    }
+    qsort(pairs, n, sizeof(nd_pair), nd_pair_cmp);
+    for (size_t i = 0; i < n; i++) {
+        t->keys[i] = pairs[i].key;
+        t->docs[i] = pairs[i].doc;
+        t->fps[i] = fps[pairs[i].doc];
+    }
+    free(pairs);
+    return 0;
+}
+
+static PyObject *
+nd_build(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "nd_build(fps, n, tables)");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (n < 0 || (size_t)view.len / sizeof(uint64_t) < (size_t)n || (uint64_t)n >= UINT32_MAX) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "nd_build: n outside the fingerprints given");
+        return NULL;
+    }
+    nd_index *ix = (nd_index *)calloc(1, sizeof(nd_index));
+    PyObject *tables = NULL, *capsule = NULL;
+    if (ix == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    ix->n = (size_t)n;
+    tables = PySequence_Fast(args[2], "nd_build: tables must be a sequence");
+    if (tables == NULL) goto done;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(tables);
+    if (count < 1 || count > ND_MAX_TABLES) {
+        PyErr_SetString(PyExc_ValueError, "nd_build: 1 to 64 tables");
+        goto done;
+    }
+    /* the fingerprints are copied first: the buffer is released before any Python call */
+    uint64_t *fps = (uint64_t *)malloc(((size_t)n + 1) * sizeof(uint64_t));
+    if (fps == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n) memcpy(fps, view.buf, (size_t)n * sizeof(uint64_t));
+    PyBuffer_Release(&view);
+    view.obj = NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        nd_table *t = &ix->t[i];
+        ix->ntables = (int)i + 1;
+        PyObject *fields = PySequence_Fast(PySequence_Fast_GET_ITEM(tables, i),
+                                           "nd_build: a table is a sequence of fields");
+        if (fields == NULL) goto fail_fps;
+        Py_ssize_t nf = PySequence_Fast_GET_SIZE(fields);
+        int width = 0, bad = nf < 1 || nf > 64;
+        for (Py_ssize_t f = 0; !bad && f < nf; f++) {
+            unsigned long long shift, mask, offset;
+            PyObject *field = PySequence_Fast_GET_ITEM(fields, f);
+            if (!PyTuple_Check(field) ||
+                !PyArg_ParseTuple(field, "KKK", &shift, &mask, &offset)) {
+                bad = 1;
+                break;
+            }
+            int w = __builtin_popcountll(mask);
+            if (shift > 63 || offset > 63 || (mask & (mask + 1)) != 0 || offset + w > 64) {
+                bad = 1;
+                break;
+            }
+            t->shift[f] = (int)shift;
+            t->mask[f] = mask;
+            t->offset[f] = (int)offset;
+            t->bits |= mask << shift;
+            width += w;
+        }
+        t->nfields = (int)nf;
+        for (Py_ssize_t f = 0; !bad && f < nf; f++) /* every key below 1 << width */
+            bad = t->offset[f] + __builtin_popcountll(t->mask[f]) > width;
+        Py_DECREF(fields);
+        if (bad || width > 64) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "nd_build: a field is (shift, mask, offset)");
+            goto fail_fps;
+        }
+        if (nd_fill(t, fps, (size_t)n, width) < 0) {
+            PyErr_NoMemory();
+            goto fail_fps;
+        }
+    }
+    free(fps);
+    capsule = PyCapsule_New(ix, ND_CAPSULE, nd_capsule_free);
+    if (capsule != NULL) ix = NULL;
+    goto done;
+fail_fps:
+    free(fps);
+done:
+    if (view.obj != NULL) PyBuffer_Release(&view);
+    Py_XDECREF(tables);
+    nd_free(ix);
+    return capsule;
+}
+
+
+/* A growing array of (document, distance). */
+typedef struct {
+    uint64_t *v; /* doc << 8 | distance */
+    size_t n, cap;
+    uint64_t small[64];
+} nd_hits;
+
+static int
+nd_push(nd_hits *h, uint64_t doc, int distance)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap * 2;
+        uint64_t *v = (uint64_t *)malloc(cap * sizeof(uint64_t));
+        if (v == NULL) return -1;
+        memcpy(v, h->v, h->n * sizeof(uint64_t));
+        if (h->v != h->small) free(h->v);
+        h->v = v;
+        h->cap = cap;
+    }
+    h->v[h->n++] = doc << 8 | (uint64_t)distance;
+    return 0;
+}
+
+static PyObject *
+nd_query(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "nd_query(index, fp, k, fps, n_total)");
+        return NULL;
+    }
+    nd_index *ix = (nd_index *)PyCapsule_GetPointer(args[0], ND_CAPSULE);
+    if (ix == NULL) return NULL;
+    nd_first_use();
+    uint64_t fp = PyLong_AsUnsignedLongLongMask(args[1]);
+    if (fp == (uint64_t)-1 && PyErr_Occurred()) return NULL;
+    long k = PyLong_AsLong(args[2]);
+    if (k == -1 && PyErr_Occurred()) return NULL;
+    if (k < 0 || k > 64) {
+        PyErr_SetString(PyExc_ValueError, "nd_query: k must be 0..64");
+        return NULL;
+    }
+    Py_ssize_t total = PyLong_AsSsize_t(args[4]);
+    if (total == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view = {0};
+    if (total > (Py_ssize_t)ix->n) {
+        if (PyObject_GetBuffer(args[3], &view, PyBUF_SIMPLE) < 0) return NULL;
+        if ((size_t)view.len / sizeof(uint64_t) < (size_t)total) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_ValueError, "nd_query: n_total outside the fingerprints");
+            return NULL;
+        }
+    } else if (total < (Py_ssize_t)ix->n) {
+        PyErr_SetString(PyExc_ValueError, "nd_query: n_total below the built documents");
+        return NULL;
+    }
+    nd_hits hits = {NULL, 0, 64, {0}};
+    hits.v = hits.small;
+    int failed = 0;
+    for (int i = 0; i < ix->ntables && !failed; i++) {
+        const nd_table *t = &ix->t[i];
+        uint64_t key = nd_key(t, fp);
+        size_t lo, hi;
+        if (t->direct) {
+            lo = t->starts[key];
+            hi = t->starts[key + 1];
+        } else {
+            size_t a = 0, b = ix->n;
+            while (a < b) {
+                size_t m = a + (b - a) / 2;
+                if (t->keys[m] < key) a = m + 1;
+                else b = m;
+            }
+            lo = hi = a;
+            while (hi < ix->n && t->keys[hi] == key) hi++;
+        }
+        for (size_t j = nd_next(t->fps, lo, hi, fp, (int)k); j < hi && !failed;
+             j = nd_next(t->fps, j + 1, hi, fp, (int)k)) {
+            uint64_t diff = t->fps[j] ^ fp;
+            int earlier = 0; /* reported by an earlier table already */
+            for (int e = 0; e < i && !earlier; e++) earlier = (diff & ix->t[e].bits) == 0;
+            if (!earlier && nd_push(&hits, t->docs[j], __builtin_popcountll(diff)) < 0) failed = 1;
+        }
+    }
+    if (view.obj != NULL) {
+        const uint64_t *fps = (const uint64_t *)view.buf;
+        for (size_t d = nd_next(fps, ix->n, (size_t)total, fp, (int)k); d < (size_t)total && !failed;
+             d = nd_next(fps, d + 1, (size_t)total, fp, (int)k))
+            if (nd_push(&hits, d, __builtin_popcountll(fps[d] ^ fp)) < 0) failed = 1;
+        PyBuffer_Release(&view);
+    }
+    PyObject *out = NULL;
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    out = PyList_New((Py_ssize_t)hits.n);
+    if (out == NULL) goto done;
+    for (size_t i = 0; i < hits.n; i++) {
+        PyObject *pair = Py_BuildValue("(Ki)", (unsigned long long)(hits.v[i] >> 8),
+                                       (int)(hits.v[i] & 0xff));
+        if (pair == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, pair);
+    }
+done:
+    if (hits.v != hits.small) free(hits.v);
+    return out;
+}
+
+static void
+nd_first_use(void)
+{
+    if (nd_set_mult == 0) { /* the GIL is held */
+        nd_seed();
+        nd_init_spread();
+    }
+}
+
+#define NEARDUP_METHODS                                                                        \
+    {"simhash_text", (PyCFunction)(void (*)(void))simhash_text, METH_FASTCALL,                  \
+     "simhash_text(text, shingle) -> int | None\n\nThe SimHash of an ASCII text (None: not "  \
+     "ASCII, tokenise it in Python)."},                                                        \
+        {"simhash_tokens", (PyCFunction)(void (*)(void))simhash_tokens, METH_FASTCALL,          \
+         "simhash_tokens(tokens, shingle) -> int\n\nThe SimHash of a list of token bytes."},   \
+        {"features_text", (PyCFunction)(void (*)(void))features_text, METH_FASTCALL,            \
+         "features_text(text, shingle) -> tuple[int, bytes] | None\n\nThe SimHash and the "   \
+         "distinct feature hashes (uint64, first seen first) of an ASCII text."},                                            \
+        {"features_tokens", (PyCFunction)(void (*)(void))features_tokens, METH_FASTCALL,        \
+         "features_tokens(tokens, shingle) -> tuple[int, bytes]\n\nThe SimHash and the "      \
+         "distinct feature hashes of token bytes."},                                                                            \
+        {"nd_jaccard", (PyCFunction)(void (*)(void))nd_jaccard, METH_FASTCALL,                  \
+         "nd_jaccard(a, b) -> float\n\nJaccard similarity of two buffers of distinct uint64."}, \
+        {"nd_jaccard_many", (PyCFunction)(void (*)(void))nd_jaccard_many, METH_FASTCALL,        \
+         "nd_jaccard_many(query, others) -> list[float]\n\nnd_jaccard of the query with each "  \
+         "of others."},                                                                        \
+        {"nd_build", (PyCFunction)(void (*)(void))nd_build, METH_FASTCALL,                      \
+         "nd_build(fps, n, tables) -> capsule\n\nThe near-duplicate tables of the first n "    \
+         "fingerprints."},                                                                     \
+        {"nd_query", (PyCFunction)(void (*)(void))nd_query, METH_FASTCALL,                      \
+         "nd_query(index, fp, k, fps, n_total) -> list[tuple[int, int]]\n\n(document, "        \
+         "distance) of every document within k bits of fp."},                                  \
+        {"nd_popcount", (PyCFunction)nd_popcount, METH_O,                                      \
+         "nd_popcount(name | None) -> str\n\nThe candidate scan in use, after choosing name "   \
+         "(plain, popcnt, avx512)."},

@@ -1,0 +1,256 @@
+"""The compiled SimHash and table walk answer exactly what their pure-Python references answer.
+
+``simhash_text``/``simhash_tokens`` (``_neardup.h``) against ``simhash_py`` (numpy), and the
+index's compiled tables (``nd_build``/``nd_query``, every candidate scan this CPU has) against
+the dict tables of ``_Tables._lookup_py``. ``.ci/sanitize`` runs this file under ASan/UBSan.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from urlsieve.neardup import FileIndex, MemoryIndex
+
+speedups = pytest.importorskip("urlsieve._speedups", reason="built without a C compiler")
+sh = importlib.import_module("urlsieve.neardup.simhash")
+ix = importlib.import_module("urlsieve.neardup.index")
+
+
+def _scans() -> list[str]:
+    """The candidate scans this CPU can run."""
+    out = []
+    before = speedups.nd_popcount(None)
+    for name in ("plain", "popcnt", "avx512"):
+        try:
+            speedups.nd_popcount(name)
+        except ValueError:
+            continue
+        out.append(name)
+    speedups.nd_popcount(before)
+    return out
+
+
+@pytest.fixture(params=_scans())
+def scan(request: pytest.FixtureRequest) -> Iterator[str]:
+    before = speedups.nd_popcount(None)
+    speedups.nd_popcount(request.param)
+    try:
+        yield request.param
+    finally:
+        speedups.nd_popcount(before)
+
+
+# ------------------------------------------------------------------ SimHash
+
+WORDS = st.text(alphabet="abcXYZ019_ -.,\n\tÀü中文字日本", max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(WORDS, max_size=80), st.integers(1, 6))
+@example(["Hello", "WORLD"], 1)
+@example(["a"], 3)  # fewer tokens than the shingle
+@example(["中文字", "x"], 2)
+def test_simhash_equals_the_reference(words: list[str], shingle: int) -> None:
+    text = " ".join(words)
+    assert sh.simhash(text, shingle=shingle) == sh.simhash_py(text, shingle=shingle)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=2000), st.integers(1, 4))
+def test_simhash_of_any_bytes_equals_the_reference(data: bytes, shingle: int) -> None:
+    for text in (data.decode("latin-1"), data.decode("utf-8", "surrogateescape"), data.hex()):
+        assert sh.simhash(text, shingle=shingle) == sh.simhash_py(text, shingle=shingle)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=20), max_size=300), st.integers(1, 300))
+def test_simhash_tokens_equals_the_vote_over_the_features(
+    tokens: list[bytes], shingle: int
+) -> None:
+    """Shingles wider than the text, repeated tokens, empty tokens: the rolling sum in C is
+    the Horner form of numpy."""
+    assert speedups.simhash_tokens(tokens, shingle) == sh._vote(sh._features(tokens, shingle))
+
+
+def test_long_texts_many_repeats_and_the_text_cap() -> None:
+    rnd = random.Random(5)
+    vocab = [f"w{i}" for i in range(20_000)]
+    for words in (1, 2, 255, 256, 257, 600, 5_000, 60_000):
+        text = " ".join(rnd.choices(vocab, k=words))
+        for shingle in (1, 2, 5):
+            assert sh.simhash(text, shingle=shingle) == sh.simhash_py(text, shingle=shingle)
+    text = "ab " * (sh.MAX_TEXT // 3 + 1) + "tail words beyond the cap"
+    assert sh.simhash(text) == sh.simhash_py(text) == sh.simhash("ab")
+    assert sh.simhash(text + "é") == sh.simhash_py(text + "é")  # not ASCII: the Python tokens
+
+
+def test_the_compiled_simhash_refuses_what_the_reference_refuses() -> None:
+    assert speedups.simhash_text("naïve", 1) is None  # tokenised in Python
+    with pytest.raises(ValueError):
+        speedups.simhash_text("x", 0)
+    with pytest.raises(ValueError):
+        sh.simhash("x", shingle=0)
+    with pytest.raises(TypeError):
+        speedups.simhash_text(b"bytes", 1)
+    with pytest.raises(TypeError):
+        speedups.simhash_tokens(["str"], 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(WORDS, max_size=80), st.lists(WORDS, max_size=80), st.integers(1, 4))
+@example([], [], 1)
+@example(["a b c"], [], 1)
+def test_features_and_jaccard_equal_the_reference(a: list[str], b: list[str], shingle: int) -> None:
+    fa, fb = sh.features(" ".join(a), shingle=shingle), sh.features(" ".join(b), shingle=shingle)
+    ra, rb = (
+        sh.features_py(" ".join(a), shingle=shingle),
+        sh.features_py(" ".join(b), shingle=shingle),
+    )
+    assert sorted(fa.tolist()) == ra.tolist() and sorted(fb.tolist()) == rb.tolist()
+    assert sh.jaccard(fa, fb) == sh.jaccard_py(ra, rb) == sh.jaccard(fb, fa)
+    assert sh._vote(ra) == sh.simhash(" ".join(a), shingle=shingle)
+    assert sh.jaccard_many(fa, [fb, fa, fb[:0]]) == [
+        sh.jaccard_py(ra, rb),
+        1.0,
+        sh.jaccard_py(ra, rb[:0]),
+    ]
+    both = sh.simhash_features(" ".join(a), shingle=shingle)
+    assert both[0] == sh._vote(ra) and sorted(both[1].tolist()) == ra.tolist()
+
+
+def test_jaccard_is_exact_on_texts_with_known_overlap() -> None:
+    a = sh.features(" ".join(f"w{i}" for i in range(3000)))  # beyond the stack's set
+    b = sh.features(" ".join(f"w{i}" for i in range(1000, 5000)))
+    assert sh.jaccard(a, b) == 2000 / 5000 == sh.jaccard_py(np.sort(a), np.sort(b))
+    assert sh.jaccard(a, a[:0]) == 0.0 and sh.jaccard(a[:0], a[:0]) == 1.0
+    with pytest.raises(ValueError):
+        speedups.nd_jaccard(b"1234567", b"")
+    with pytest.raises(ValueError):
+        speedups.nd_jaccard_many(b"1234567", [])
+    with pytest.raises(ValueError):
+        speedups.nd_jaccard_many(b"", [b"", b"123"])
+    with pytest.raises(TypeError):
+        speedups.nd_jaccard_many(b"", [1])
+    assert sh.jaccard_many(a, [b, a]) == [0.4, 1.0] and sh.jaccard_many(a[:0], []) == []
+
+
+# ------------------------------------------------------------------ the table walk
+
+
+def _pair(k: int, blocks: int | None) -> tuple[MemoryIndex, MemoryIndex]:
+    compiled = MemoryIndex(k=k, blocks=blocks)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(ix, "speedups", None)
+        reference = MemoryIndex(k=k, blocks=blocks)
+    assert compiled._compiled is not None and reference._compiled is None
+    return compiled, reference
+
+
+def _near(rnd: random.Random, fp: int, bits: int) -> int:
+    for _ in range(bits):
+        fp ^= 1 << rnd.randrange(64)
+    return fp
+
+
+LAYOUTS = [
+    (0, None),
+    (1, None),
+    (2, 3),
+    (3, None),
+    (3, 6),
+    (4, None),
+    (5, 7),
+    (6, 8),
+    (7, None),
+    (8, None),
+]
+
+
+@pytest.mark.parametrize(("k", "blocks"), LAYOUTS)
+def test_the_compiled_walk_equals_the_dict_tables(scan: str, k: int, blocks: int | None) -> None:
+    """Batches added between queries: the built tables, the scanned tail, the rebuilds."""
+    rnd = random.Random(k * 100 + (blocks or 0))
+    compiled, reference = _pair(k, blocks)
+    seeds = [rnd.getrandbits(64) for _ in range(300)]
+    fps = [_near(rnd, rnd.choice(seeds), rnd.randint(0, k + 2)) for _ in range(6000)]
+    fps[10:20] = [0] * 5 + [(1 << 64) - 1] * 5
+    keys = [f"http://h{i % 97}.example/{i}" for i in range(len(fps))]
+    start = 0
+    for size in (1, 7, 300, 2500, 40, 3152):
+        batch = slice(start, start + size)
+        compiled.add_many(keys[batch], fps[batch])
+        reference.add_many(keys[batch], fps[batch])
+        start += size
+        queries = [_near(rnd, rnd.choice(fps[:start]), rnd.randint(0, k + 1)) for _ in range(40)]
+        queries += [rnd.getrandbits(64), 0, (1 << 64) - 1, -1]
+        for distance in range(k + 1):
+            for q in queries:
+                assert compiled.query(q, distance) == reference.query(q, distance)
+            assert compiled.query_many(queries, distance) == reference.query_many(queries, distance)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(LAYOUTS),
+    st.lists(st.integers(0, (1 << 64) - 1), max_size=200),
+    st.lists(st.integers(-(1 << 70), 1 << 70), max_size=20),
+)
+def test_any_fingerprints_any_queries(
+    layout: tuple[int, int | None], fps: list[int], queries: list[int]
+) -> None:
+    k, blocks = layout
+    compiled, reference = _pair(k, blocks)
+    keys = [str(i % 50) for i in range(len(fps))]  # a key may come back with two fingerprints
+    compiled.add_many(keys, fps)
+    reference.add_many(keys, fps)
+    for q in queries + fps[:10]:
+        assert compiled.query(q) == reference.query(q)
+
+
+def test_a_file_index_replays_into_the_compiled_tables(tmp_path: Path) -> None:
+    rnd = random.Random(9)
+    fps = [rnd.getrandbits(64) for _ in range(3000)]
+    keys = [f"u{i}" for i in range(len(fps))]
+    with FileIndex(tmp_path / "a.nd", k=3) as writer, FileIndex(tmp_path / "a.nd", k=3) as reader:
+        writer.add_many(keys[:2000], fps[:2000])
+        assert reader.query(fps[5]) == [("u5", 0)]
+        writer.add_many(keys[2000:], fps[2000:])
+        assert reader.query(_near(rnd, fps[2999], 2))[0][0] == "u2999"  # the tail, then built
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(ix, "speedups", None)
+            plain = FileIndex(tmp_path / "a.nd", k=3)
+        with plain:
+            for q in fps[::97]:
+                assert reader.query(q) == plain.query(q)
+
+
+def test_the_build_refuses_a_layout_it_cannot_hold() -> None:
+    fps = MemoryIndex(k=3)._fps
+    with pytest.raises(ValueError):
+        speedups.nd_build(fps, 1, (((0, 0xFFFF, 0),),))  # n beyond the fingerprints
+    with pytest.raises(ValueError):
+        speedups.nd_build(fps, 0, (((0, 0xFF0, 0),),))  # a mask that is not 2**w - 1
+    with pytest.raises(ValueError):
+        speedups.nd_build(fps, 0, (((0, 0xFF, 60),),))  # a key wider than 64 bits
+    with pytest.raises(ValueError):
+        speedups.nd_build(fps, 0, (((0, 0xFF, 30),),))  # a key above its width
+    with pytest.raises(ValueError):
+        speedups.nd_build(fps, 0, ())
+    with pytest.raises(ValueError):
+        speedups.nd_build(fps, 0, ((0, 0xFFFF, 0),))  # fields that are not triples
+    built = speedups.nd_build(fps, 0, (((0, 0xFFFF, 0),),))
+    assert speedups.nd_query(built, 5, 3, fps, 0) == []
+    with pytest.raises(ValueError):
+        speedups.nd_query(built, 5, 65, fps, 0)
+    with pytest.raises(ValueError):
+        speedups.nd_query(built, 5, 3, fps, 1)  # beyond the fingerprints
+    with pytest.raises(ValueError):
+        speedups.nd_popcount("sse9")
