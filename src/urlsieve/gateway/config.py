@@ -199,10 +199,11 @@ class GatewayConfig:
                 raise ConfigError(str(exc)) from None
         if not (
             math.isfinite(self.console_session_minutes)
-            and 1 <= self.console_session_minutes <= 7 * 24 * 60
+            and 0 < self.console_session_minutes <= 7 * 24 * 60
         ):
             raise ConfigError(
-                f"console.session_minutes={self.console_session_minutes}: use 1 to 10080 (a week)"
+                f"console.session_minutes={self.console_session_minutes}: use more than 0, at "
+                "most 10080 (a week)"
             )
         parse_bind(self.bind)
         if self.seen_store is not None:
