@@ -235,8 +235,9 @@ class HelperTap:
             action = "block" if word == "OK" else "allow"
             try:
                 category, rule = self._check(url)
-            except Exception:  # the rules may be gone (a reload failed): keep the answer
-                category = rule = None
+            except Exception:  # not a URL, or no rules: the failure mode answered
+                out.append(event(url, "error", origin="helper", client=client, when=when))
+                continue
             if category is None and rule is None:
                 action = "unknown"  # no rule decided: learning (or blocked until it has)
             elif action == "allow":
@@ -324,13 +325,20 @@ def _event_of(raw: bytes) -> dict[str, Any] | None:
         return None
     if data.get("action") not in ACTIONS or not isinstance(data.get("url"), str):
         return None
-    out: dict[str, Any] = {"t": float(when), "action": data["action"], "url": data["url"]}
+    out: dict[str, Any] = {"t": float(when), "action": data["action"]}
+    out["url"] = _text(data["url"][:MAX_URL])
     for name in ("origin", "client", "user", "group", "category", "rule"):
         value = data.get(name)
-        out[name] = value[:256] if isinstance(value, str) else None
+        out[name] = _text(value[:256]) if isinstance(value, str) else None
     pid = data.get("pid")
     out["pid"] = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
     return out
+
+
+def _text(value: str) -> str:
+    """``value`` as text a page can hold: a lone surrogate (from a ``\\udcXX`` escape)
+    becomes U+FFFD."""
+    return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 @dataclass

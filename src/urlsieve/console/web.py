@@ -32,6 +32,7 @@ from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_to_bytes
 
 import anyio
 import jinja2
@@ -317,7 +318,7 @@ class Console:
         """The urlencoded form, each field at most once (UTF-8), from this site's pages."""
         from dataclasses import replace
 
-        from urlsieve.gateway.service import _query_values, _read_body
+        from urlsieve.gateway.service import _read_body
 
         fetched_from = request.headers.get("sec-fetch-site")
         if fetched_from is not None and fetched_from not in ("same-origin", "none"):
@@ -326,17 +327,19 @@ class Console:
         body = await _read_body(request, replace(state.limits, max_body=MAX_FORM))
         out: dict[str, str] = {}
         for pair in body.split(b"&"):
-            name = pair.partition(b"=")[0]
-            if not name:
-                continue
-            key = name.decode("ascii", "replace")
-            if key in out:
-                raise PageError(400, "The request was refused", f"the form holds {key} twice")
-            values = _query_values(body, name)
+            raw_key, _, raw_value = pair.partition(b"=")
             try:
-                out[key] = values[0].decode("utf-8")
+                key = unquote_to_bytes(raw_key.replace(b"+", b" ")).decode("utf-8")
+                value = unquote_to_bytes(raw_value.replace(b"+", b" ")).decode("utf-8")
             except UnicodeDecodeError:
-                raise PageError(400, "The request was refused", f"{key} is not UTF-8") from None
+                raise PageError(400, "The request was refused", "the form is not UTF-8") from None
+            if not key:
+                continue
+            if key in out:
+                raise PageError(
+                    400, "The request was refused", f"the form holds {key[:40]!r} twice"
+                )
+            out[key] = value
         return out
 
     # -- the block page family ----------------------------------------------------------
@@ -864,9 +867,9 @@ class Console:
                     action = "allow" if was == "block" else "block"
                 else:
                     action = "allow"
-                keep = (
-                    category if action == "block" and category not in (None, "override") else None
-                )
+                # A block keeps the learned block's category; a flipped allow has none
+                # (the learner's default, "blocked").
+                keep = category if action == "block" and was == "block" else None
                 note = "review request" if do == "allow" else f"{do} in the console"
                 # The learner takes None: the default category ("blocked") for a block.
                 override: Callable[..., Any] = learn.override
