@@ -251,6 +251,40 @@ class Console:
             Route("/console/policy", page(self.policy_page, console=True), methods=["GET"]),
         ]
 
+    @staticmethod
+    def openapi_paths() -> dict[str, Any]:
+        """The pages, for the service's OpenAPI document (HTML, not an API)."""
+
+        def page(summary: str, *, form: bool = False) -> dict[str, Any]:
+            op: dict[str, Any] = {
+                "summary": summary,
+                "responses": {"200": {"description": "an HTML page", "content": {"text/html": {}}}},
+            }
+            if form:
+                op["requestBody"] = {"content": {"application/x-www-form-urlencoded": {}}}
+                op["responses"]["303"] = {"description": "done: see Location"}
+            return op
+
+        return {
+            "/block": {"get": page("The block page family for ?url= and this client")},
+            "/block/review": {"post": page("A review request ('this is wrong')", form=True)},
+            "/static/urlsieve/{name}": {"get": page("The pages' stylesheet and script")},
+            "/console": {"get": page("Redirects to /console/")},
+            "/console/": {"get": page("The live view of decisions, with charts")},
+            "/console/events": {"get": page("The live view's new decisions (JSON; a session)")},
+            "/console/login": {
+                "get": page("The console's login"),
+                "post": page("Log in (password or service token)", form=True),
+            },
+            "/console/logout": {"post": page("Log out", form=True)},
+            "/console/explain": {"get": page("Explain a URL for a client and time")},
+            "/console/review": {
+                "get": page("The review queue"),
+                "post": page("Approve, override, forget, allow or dismiss", form=True),
+            },
+            "/console/policy": {"get": page("The policy as loaded")},
+        }
+
     def _page(
         self, handler: Callable[[Request], Awaitable[Response]], *, console: bool = False
     ) -> Callable[[Request], Awaitable[Response]]:

@@ -1168,9 +1168,12 @@ async def openapi(request: Request) -> Response:
     """The OpenAPI document of what this service serves (the learn endpoints only when
     they are on)."""
     state = _state(request)
-    if state.learn is None or state.token is None:
-        return JSONResponse(OPENAPI)
-    return JSONResponse({**OPENAPI, "paths": {**OPENAPI["paths"], **LEARN_PATHS}})
+    paths = dict(OPENAPI["paths"])
+    if state.learn is not None and state.token is not None:
+        paths.update(LEARN_PATHS)
+    if state.console is not None:  # the block pages and the console (HTML)
+        paths.update(state.console.openapi_paths())
+    return JSONResponse({**OPENAPI, "paths": paths})
 
 
 class _Timing:
