@@ -518,3 +518,38 @@ def test_a_bad_password_hash_is_a_config_error(tmp_path: Path) -> None:
     conf.write_text(conf.read_text("utf-8").replace(HASH, "sha1$abc"), encoding="utf-8")
     with pytest.raises(ConfigError, match="hash-password"):
         load_config(str(conf), env={})
+
+
+def test_the_learning_gateways_pending_page(tmp_path: Path) -> None:
+    conf = learn_config(tmp_path)
+    conf.write_text(
+        conf.read_text("utf-8").replace('unknown = "allow"', 'unknown = "block"'), "utf-8"
+    )
+    config, admin = app_for(conf)
+    try:
+        with TestClient(create_app(config, learn=admin), client=LOOPBACK) as c:
+            page = c.get(
+                "/block",
+                params={"url": "http://brand-new.test/"},
+                headers={"accept-language": "de"},
+            )
+            assert page.status_code == 200 and "Diese Seite wird geprüft" in page.text
+            assert_safe_page(page)
+            # The administrator's lists still give the block page.
+            page = c.get("/block", params={"url": "http://evil.com/"})
+            assert "This site is blocked" in page.text
+    finally:
+        admin.close()
+
+
+def test_the_service_restarts_with_its_review_store(tmp_path: Path) -> None:
+    conf = filter_config(tmp_path, f'reviews = "{tmp_path / "reviews.db"}"\n')
+    app = create_app(load_config(str(conf), env={}))
+    for _ in range(2):  # the lifespan twice: the store is opened again
+        with TestClient(app, client=LOOPBACK) as c:
+            page = c.get("/block", params={"url": "http://evil.test/"}).text
+            token = re.search(r'name="token" value="([^"]+)"', page)
+            assert token is not None
+            r = c.post("/block/review", data={"url": "http://evil.test/", "token": token.group(1)})
+            assert r.status_code == 200
+    assert console_of(c).reviews.count_open() == 2

@@ -40,15 +40,27 @@ class ReviewStore:
 
     def __init__(self, path: str = ":memory:") -> None:
         self.path = path
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA busy_timeout = 5000")
-        if path != ":memory:":
-            self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self.count_open()  # opened now: a bad path fails at start
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The connection, opened again after :meth:`close` (a service started twice)."""
+        if self._conn is None:
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA busy_timeout = 5000")
+            if self.path != ":memory:":
+                db.execute("PRAGMA journal_mode = WAL")
+            db.executescript(_SCHEMA)
+            self._conn = db
+        return self._conn
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
     def add(
         self,
