@@ -239,6 +239,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300, help="page loads per kind")
     parser.add_argument("--rules", type=int, default=50_000)
     parser.add_argument("--lag-rate", type=int, default=1000, help="helper lines/s")
+    parser.add_argument("--repeats", type=int, default=3, help="stream off/on wrk rounds")
     parser.add_argument("--write", action="store_true", help="write RESULTS.md")
     args = parser.parse_args()
     if WRK is None:
@@ -258,9 +259,14 @@ def main() -> None:
             "request = function()\n  i = i % #paths + 1\n"
             '  return wrk.format("GET", paths[i])\nend\n'
         )
+        # The stream's cost to the check API: off and on, alternated, medians.
+        rounds = [
+            (_alone(workdir, conf, single, args.seconds), _wrk(base, single, args.seconds)[0])
+            for _ in range(args.repeats)
+        ]
         alone = (
-            _alone(workdir, conf, single, args.seconds),
-            _wrk(base, single, args.seconds)[0],
+            statistics.median(r[0] for r in rounds),
+            statistics.median(r[1] for r in rounds),
         )
         idle = page_loads(port, sample, args.requests)
         idle_lags, idle_lost = stream_lag(conf, port, blocked, 5, args.lag_rate)
@@ -315,16 +321,18 @@ def main() -> None:
         [
             "## The console and the block pages under load (`benchmarks/console.py`, issue 33)",
             f"Command: `python benchmarks/console.py --seconds {args.seconds} "
-            f"--requests {args.requests} --write`  \nMachine: {machine()}; a shared machine "
-            "(other sessions were running): figures are noisy.",
+            f"--requests {args.requests} --repeats {args.repeats} --write`  \n"
+            f"Machine: {machine()}; a shared machine (other sessions were running): figures "
+            "are noisy.",
             f"`urlsieve serve` (1 uvicorn worker) with the console and the decision stream on, "
             f"{args.rules:,} generated rules in 5 categories. Under load: `wrk -t2 -c16` on "
             "`GET /v1/check?url=` (the lookup service's benchmark setting; 1,000 URLs, half "
             f"blocked) at the same time on the same 2 cores; the check API ran at a median "
             f"{rps:,.0f} requests/s meanwhile, every check also written to the decision stream "
-            f"(alone, stream off, the same wrk run: {alone[0]:,.0f} requests/s; stream on: "
-            f"{alone[1]:,.0f}). {args.requests} loads of each page by one logged-in client on a "
-            "keep-alive connection, between the wrk requests.",
+            f"(the check API alone, wrk only, medians of {args.repeats} alternated runs: "
+            f"{alone[0]:,.0f} requests/s with the stream off, {alone[1]:,.0f} with it on, "
+            f"{alone[1] / alone[0]:.2f}×). {args.requests} loads of each page by one logged-in "
+            "client on a keep-alive connection, between the wrk requests.",
             pages,
             f"Decision stream, helper to console: a real `urlsieve squid-helper` process answers "
             f"{args.lag_rate:,} lines/s of marker URLs; a client polls `/console/events` every "

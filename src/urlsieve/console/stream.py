@@ -29,7 +29,6 @@ import contextlib
 import json
 import math
 import os
-import queue
 import threading
 import time
 from collections import Counter, deque
@@ -50,6 +49,8 @@ __all__ = [
 ACTIONS = ("allow", "block", "warn", "unknown", "error")
 #: Lines waiting to be written, per process, at most (more are dropped and counted).
 QUEUE_SIZE = 65536
+#: How often a writer appends what was decided meanwhile.
+FLUSH_SECONDS = 0.05
 #: How often the console reads the file for new lines.
 POLL_SECONDS = 0.1
 #: The longest line the reader keeps (a longer one is skipped: not ours, or damaged).
@@ -111,21 +112,26 @@ class DecisionWriter:
         self.stats = WriterStats()
         self._log = log
         self._expand = expand
-        self._queue: queue.Queue[Any] = queue.Queue(queue_size)
+        # A deque, not a queue.Queue: an append takes no lock and wakes nobody; the writer
+        # drains it every FLUSH_SECONDS (a wake-up per decision would cost the answering
+        # thread more than the write itself).
+        self._queue: deque[Any] = deque()
+        self._size = queue_size
+        self._closing = threading.Event()
         self._fd: int | None = None
         self._thread = threading.Thread(target=self._run, name="urlsieve-decisions", daemon=True)
         self._thread.start()
 
     def record(self, item: Any) -> None:
         """Queue one event (or one item for ``expand``); never blocks, never raises."""
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
+        if len(self._queue) >= self._size:
             self.stats.dropped += 1
+        else:
+            self._queue.append(item)
 
     def close(self, timeout: float = 5.0) -> None:
-        with contextlib.suppress(queue.Full):
-            self._queue.put(None, timeout=timeout)
+        """Write what is queued, then stop the thread and close the file."""
+        self._closing.set()
         self._thread.join(timeout)
         if self._fd is not None:
             with contextlib.suppress(OSError):
@@ -133,16 +139,18 @@ class DecisionWriter:
             self._fd = None
 
     def _run(self) -> None:
+        pending = self._queue
         while True:
-            items = [self._queue.get()]
-            with contextlib.suppress(queue.Empty):
-                while len(items) < 4096:
-                    items.append(self._queue.get_nowait())
-            done = items[-1] is None
-            try:
-                self._write([item for item in items if item is not None])
-            except Exception as exc:  # never let the thread die: count and go on
-                self._failed(f"{type(exc).__name__}: {exc}")
+            done = self._closing.wait(FLUSH_SECONDS)
+            while pending:
+                items = []
+                with contextlib.suppress(IndexError):
+                    while len(items) < 4096:
+                        items.append(pending.popleft())
+                try:
+                    self._write(items)
+                except Exception as exc:  # never let the thread die: count and go on
+                    self._failed(f"{type(exc).__name__}: {exc}")
             if done:
                 return
 
