@@ -143,7 +143,7 @@ class DecisionWriter:
         while True:
             done = self._closing.wait(FLUSH_SECONDS)
             while pending:
-                items = []
+                items: list[Any] = []
                 with contextlib.suppress(IndexError):
                     while len(items) < 4096:
                         items.append(pending.popleft())
