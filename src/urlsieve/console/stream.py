@@ -271,8 +271,11 @@ class HelperTap:
 class StreamReader:
     """Reads the lines appended to the stream file since the last call."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, skip_pid: int | None = None) -> None:
+        """``skip_pid``: lines this process wrote are skipped (the service hands its own
+        decisions to the console directly, without the JSON round trip)."""
         self.path = path
+        self._skip = b'"pid":%d,' % skip_pid if skip_pid is not None else None
         self._offset = 0
         self._inode: tuple[int, int] | None = None
         self._partial = b""
@@ -307,8 +310,9 @@ class StreamReader:
         if len(self._partial) > MAX_LINE:
             self._partial, self.bad_lines = b"", self.bad_lines + 1
         out = []
+        skip = self._skip
         for raw in data[:cut].split(b"\n"):
-            if not raw:
+            if not raw or (skip is not None and skip in raw):
                 continue
             parsed = _event_of(raw)
             if parsed is None:
@@ -368,6 +372,7 @@ class LiveDecisions:
         self._span = minutes
         self.seq = 0
         self.lag: deque[float] = deque(maxlen=10_000)  # seconds, decision to console
+        self._purged = 0
         self._lock = threading.Lock()
 
     def add(self, events: Iterable[dict[str, Any]], now: float | None = None) -> int:
@@ -391,8 +396,10 @@ class LiveDecisions:
                     bucket.unknown += 1
                 added += 1
             oldest = int(now // 60) - self._span
-            for minute in [m for m in self.minutes if m < oldest]:
-                del self.minutes[minute]
+            if oldest != self._purged:  # once a minute, not once a call
+                self._purged = oldest
+                for minute in [m for m in self.minutes if m < oldest]:
+                    del self.minutes[minute]
         return added
 
     def after(self, seq: int, filters: dict[str, str], limit: int = 200) -> list[dict[str, Any]]:

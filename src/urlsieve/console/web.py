@@ -26,6 +26,7 @@ every state-changing request is a POST carrying the session's anti-forgery token
 from __future__ import annotations
 
 import hmac
+import os
 import secrets
 import time
 from collections import Counter, deque
@@ -47,7 +48,7 @@ from urlsieve.console.auth import RateLimit, Session, Sessions, sign, signed, ve
 from urlsieve.console.i18n import Catalogs, negotiate
 from urlsieve.console.reviews import MAX_NOTE, ReviewStore
 from urlsieve.console.stream import ACTIONS, POLL_SECONDS, LiveDecisions, StreamReader
-from urlsieve.exceptions import InvalidURL, LearnError
+from urlsieve.exceptions import InvalidURL, LearnError, StoreError
 from urlsieve.policy.clients import AddressSet, parse_address
 from urlsieve.policy.engine import BLOCK, WARN, PolicyEngine, Who, explain_decision, parse_when
 
@@ -146,7 +147,9 @@ class Console:
         self.review_limit = RateLimit(REVIEWS_PER_CLIENT, REVIEW_WINDOW)
         self.reviews = ReviewStore(config.console_reviews or ":memory:")
         self.live = LiveDecisions()
-        self.reader = StreamReader(config.decision_log) if config.decision_log else None
+        self.reader = (
+            StreamReader(config.decision_log, skip_pid=os.getpid()) if config.decision_log else None
+        )
         self.flashes: dict[str, str] = {}
         self.reloads: deque[dict[str, Any]] = deque(maxlen=RELOAD_HISTORY)
         self._seen_reloads: tuple[int, int, int] | None = None
@@ -172,6 +175,11 @@ class Console:
                 if events:
                     self.live.add(events, self.clock())
             await anyio.sleep(POLL_SECONDS)
+
+    def own(self, events: list[dict[str, Any]]) -> None:
+        """This service's own decisions (also in the stream file, which :meth:`run`
+        skips for them): into the live view at once."""
+        self.live.add([dict(e) for e in events], self.clock())
 
     def _watch_reloads(self, state: ServiceState) -> None:
         rules = state.rules
@@ -448,6 +456,14 @@ class Console:
             facts["kind"] = "allow"
         return facts
 
+    async def _facts_of(self, state: ServiceState, url: str, who: Who) -> dict[str, Any]:
+        try:
+            return await run_in_threadpool(self._facts, state, url, who)
+        except InvalidURL as exc:
+            raise PageError(422, "The request was refused", exc.reason) from None
+        except StoreError as exc:  # the warn store, asked for grants
+            raise PageError(503, "The request was refused", str(exc)[:500]) from None
+
     def _learned(self, url: str) -> dict[str, Any] | None:
         if self.learn is None:
             return None
@@ -486,10 +502,7 @@ class Console:
         state = self._state(request)
         url = _url_param(request)
         who = self._page_who(request)
-        try:
-            facts = await run_in_threadpool(self._facts, state, url, who)
-        except InvalidURL as exc:
-            raise PageError(422, "The request was refused", f"{exc.reason}") from None
+        facts = await self._facts_of(state, url, who)
         lang = negotiate(request.headers.get("accept-language"), self.catalogs.languages)
         catalog = self.catalogs.gettext(lang)
         reason = self._words(facts.get("reason"), lambda t: catalog.get(t, t))
@@ -563,10 +576,7 @@ class Console:
                 "Too many requests",
                 f"You sent too many review requests; try again later. ({wait} s)",
             )
-        try:
-            facts = await run_in_threadpool(self._facts, state, url, who)
-        except InvalidURL as exc:
-            raise PageError(422, "The request was refused", exc.reason) from None
+        facts = await self._facts_of(state, url, who)
         reason = self._words(facts.get("reason"), lambda t: t)
         await run_in_threadpool(
             lambda: self.reviews.add(
@@ -785,6 +795,8 @@ class Console:
                 error = f"not a URL: {exc.reason}"
             except ValueError as exc:
                 error = str(exc)
+            except StoreError as exc:  # the warn store, asked for grants
+                error = f"the warn store cannot be read: {exc}"
         return self.render(
             request,
             "explain.html",

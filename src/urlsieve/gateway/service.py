@@ -647,8 +647,11 @@ def _stream(
     if who is None and request is not None:
         client = request.scope.get("client")
         who = Who(client[0] if client else None)
-    for item in service_events(results, who.client if who else None, who and who.user, time.time()):
+    events = service_events(results, who.client if who else None, who and who.user, time.time())
+    for item in events:
         writer.record(item)
+    if state.console is not None:  # this process's own: to the live view without the file
+        state.console.own(events)
 
 
 async def check_one(request: Request) -> Response:
