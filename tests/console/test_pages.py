@@ -553,3 +553,24 @@ def test_the_service_restarts_with_its_review_store(tmp_path: Path) -> None:
             r = c.post("/block/review", data={"url": "http://evil.test/", "token": token.group(1)})
             assert r.status_code == 200
     assert console_of(c).reviews.count_open() == 2
+
+
+def test_the_cli_makes_a_hash_the_console_accepts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import io
+
+    from urlsieve.cli import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("a new console password\n"))
+    assert main(["console", "hash-password"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith('password_hash = "scrypt$')
+    stored = line.split('"')[1]
+    assert verify_password(stored, "a new console password")
+    conf = filter_config(tmp_path)
+    conf.write_text(conf.read_text("utf-8").replace(HASH, stored), encoding="utf-8")
+    with TestClient(create_app(load_config(str(conf), env={})), client=LOOPBACK) as c:
+        assert login(c, "a new console password").status_code == 303
+    monkeypatch.setattr("sys.stdin", io.StringIO("short\n"))
+    assert main(["console", "hash-password"]) == 2
