@@ -59,7 +59,7 @@ def all_by(driver: Any, css: str) -> list[Any]:
     return list(driver.find_elements(By.CSS_SELECTOR, css))
 
 
-def wait_until(what: str, condition: Any, seconds: float = 15.0) -> Any:
+def wait_until(what: str, condition: Any, seconds: float = 30.0) -> Any:
     deadline = time.monotonic() + seconds
     while True:
         found = condition()
