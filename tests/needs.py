@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import pytest
 
-__all__ = ["in_ci", "missing", "system_binary"]
+__all__ = ["chromium", "in_ci", "missing", "system_binary"]
 
 
 def in_ci() -> bool:
@@ -29,3 +29,17 @@ def missing(reason: str, *, module: bool = False) -> NoReturn:
 def system_binary(name: str) -> str | None:
     """``name`` on PATH, or in the sbin directories a non-root PATH often lacks."""
     return shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/local/sbin")
+
+
+def chromium() -> tuple[str, str]:
+    """Debian's chromium and its chromedriver (``apt-get install chromium
+    chromium-driver``; .ci/run does), for the console's browser tests. Selenium is pointed
+    at both, so its Selenium Manager never downloads a browser or a driver."""
+    browser = system_binary("chromium")
+    driver = system_binary("chromedriver")
+    if browser is None or driver is None:
+        missing(
+            "chromium and chromedriver are not installed: `apt-get install chromium "
+            "chromium-driver` (.ci/run does)"
+        )
+    return browser, driver

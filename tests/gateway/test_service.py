@@ -320,6 +320,18 @@ def test_openapi_document(client: TestClient) -> None:
         "/v1/reload",
         "/metrics",
         "/healthz",
+        # The block pages and the console (urlsieve.console.web), HTML
+        "/block",
+        "/block/review",
+        "/static/urlsieve/{name}",
+        "/console",
+        "/console/",
+        "/console/events",
+        "/console/login",
+        "/console/logout",
+        "/console/explain",
+        "/console/review",
+        "/console/policy",
     }
     assert set(doc["paths"]["/v1/check"]) == {"get", "post"}
     # Without a policy (and its warn store) there is nothing to continue past.

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from urlsieve.cli import (
     canon,
     check,
+    console,
     dedup,
     demo,
     doctor,
@@ -42,6 +43,7 @@ SUBCOMMANDS = (
     compile_cmd,
     squid_helper,
     serve,
+    console,
     config_cmd,
     import_cmd,
     learn,

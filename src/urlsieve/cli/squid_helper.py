@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from urlsieve._accel import slow_path_message
 from urlsieve.cli._gateway import add_rule_options, burst_gate, rule_overrides, unknown_feed
+from urlsieve.console.stream import HelperTap
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import FailureMode, load_config
 from urlsieve.gateway.live import LiveRules
 from urlsieve.gateway.policy_helper import POLICY_FALLBACK_PAGE, PolicyHelper
-from urlsieve.gateway.protocol import HelperMode
+from urlsieve.gateway.protocol import HelperMode, parse_request
 from urlsieve.gateway.ruleset import filter_loader, policy_loader, rules_notify, rules_watch
 from urlsieve.gateway.squid import (
     HelperSettings,
@@ -82,6 +84,23 @@ def unknown_summary(stats: HelperStats, fed: UnknownStats) -> str:
     )
 
 
+def helper_tap(path: str, helper: SquidHelper, log: Callable[[str], None]) -> HelperTap:
+    """The decision stream of a filter helper: its batches, read again in a thread."""
+    escaped = helper.settings.mode is HelperMode.ACL
+    channels = helper.settings.channels
+
+    def parse(line: bytes) -> tuple[str, str | None, str | None]:
+        request = parse_request(line, channels=channels, escaped=escaped)
+        return request.target, request.client, request.user
+
+    def check(url: str) -> tuple[str | None, str | None]:
+        verdict = helper.rules.get().check(url)
+        rule = verdict.rule
+        return (verdict.category if rule else None), (rule.where if rule else None)
+
+    return HelperTap(path, check, parse=parse, log=log)
+
+
 def run(args: argparse.Namespace) -> int:
     overrides = {
         **rule_overrides(args),
@@ -123,8 +142,16 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    stream: Any = None
     if policy:
-        helper: SquidHelper = PolicyHelper(rules, settings, log=log, request_log=request_log)
+        sink = request_log
+        if config.decision_log:
+            from urlsieve.console.stream import PolicyStream, TeeLog
+
+            stream = PolicyStream(config.decision_log, log=log)
+            # TeeLog has RequestLog's two methods the helper calls (wanted, record).
+            sink = cast(RequestLog, TeeLog(*([request_log] if request_log else []), stream))
+        helper: SquidHelper = PolicyHelper(rules, settings, log=log, request_log=sink)
     else:
         feed = unknown_feed(config, log)
         block = config.unknown_policy == "block"
@@ -138,9 +165,13 @@ def run(args: argparse.Namespace) -> int:
             pending=config.pending,
             pending_url=config.pending_url,
         )
+        if config.decision_log:
+            stream = helper_tap(config.decision_log, helper, log)
     try:
-        status = serve(helper)
+        status = serve(helper, tap=stream.observe if isinstance(stream, HelperTap) else None)
     finally:
+        if stream is not None:
+            stream.close()
         if helper.unknown is not None:
             helper.unknown.close()
         if request_log is not None:

@@ -112,6 +112,21 @@ class GatewayConfig:
     #: The "checking this site" page (a block-page template: %u …); None: the block page
     #: (``squid.redirect_url``) with category ``pending``.
     pending_url: str | None = None
+
+    #: The decision stream: a JSON-lines file every helper and the service append to, and
+    #: the console tails (:mod:`urlsieve.console.stream`); None: off.
+    decision_log: str | None = None
+    #: The console's login: ``scrypt$…`` from ``urlsieve console hash-password`` (the
+    #: service token logs in too).
+    console_password_hash: str | None = field(default=None, repr=False)
+    #: The addresses the console answers (its pages 403 for any other peer).
+    console_clients: tuple[str, ...] = ("127.0.0.1", "::1")
+    console_session_minutes: float = 60.0
+    #: A directory of templates (and ``locale/*.json``) overriding the block pages' and
+    #: the console's.
+    console_templates: str | None = None
+    #: The SQLite file of users' review requests (None: kept in memory).
+    console_reviews: str | None = None
     #: Where each option was set: "default", "file", "env:NAME" or "option".
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
     source_file: str | None = None
@@ -196,6 +211,21 @@ class GatewayConfig:
                 "learn.queue (e.g. 'sqlite:/var/lib/urlsieve/learn/queue.db'), or set "
                 "learn.unknown='allow'"
             )
+        if self.console_password_hash is not None:
+            from urlsieve.console.auth import check_hash
+
+            try:
+                check_hash(self.console_password_hash)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        if not (
+            math.isfinite(self.console_session_minutes)
+            and 0 < self.console_session_minutes <= 7 * 24 * 60
+        ):
+            raise ConfigError(
+                f"console.session_minutes={self.console_session_minutes}: use more than 0, at "
+                "most 10080 (a week)"
+            )
         parse_bind(self.bind)
         if self.seen_store is not None:
             from urlsieve.seen import parse_spec
@@ -265,6 +295,22 @@ _OPTIONS: dict[str, tuple[str, str, str, str]] = {
     "burst": ("learn", "burst", "URLSIEVE_BURST", "int"),
     "pending": ("learn", "pending", "URLSIEVE_PENDING", "str"),
     "pending_url": ("learn", "pending_url", "URLSIEVE_PENDING_URL", "str"),
+    "decision_log": ("console", "decision_log", "URLSIEVE_DECISION_LOG", "path"),
+    "console_password_hash": (
+        "console",
+        "password_hash",
+        "URLSIEVE_CONSOLE_PASSWORD_HASH",
+        "str",
+    ),
+    "console_clients": ("console", "clients", "URLSIEVE_CONSOLE_CLIENTS", "addresses"),
+    "console_session_minutes": (
+        "console",
+        "session_minutes",
+        "URLSIEVE_CONSOLE_SESSION_MINUTES",
+        "float",
+    ),
+    "console_templates": ("console", "templates", "URLSIEVE_CONSOLE_TEMPLATES", "path"),
+    "console_reviews": ("console", "reviews", "URLSIEVE_CONSOLE_REVIEWS", "path"),
 }
 
 #: Sections whose other keys belong to another reader (the learner reads all of [learn]
@@ -501,4 +547,17 @@ def describe(config: GatewayConfig) -> list[str]:
         out.append(f"unknown URLs: allowed (no learn.queue: learning is off){origin('unknown')}")
     if config.overlay:
         out.append(f"learned rules: overlay snapshot {config.overlay}{origin('overlay')}")
+    out.append(
+        f"decision stream: {config.decision_log or '(off: console.decision_log)'}"
+        f"{origin('decision_log')}"
+    )
+    login = "password hash" if config.console_password_hash else None
+    if config.token or config.token_file:
+        login = f"{login} or the service token" if login else "the service token"
+    out.append(
+        f"console: /console/ for {', '.join(config.console_clients)}"
+        f"{origin('console_clients')}, login by "
+        f"{login or 'nothing (off: set console.password_hash)'}"
+        f", sessions of {config.console_session_minutes:g} min"
+    )
     return out

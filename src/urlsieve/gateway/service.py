@@ -179,6 +179,10 @@ class ServiceState:
     learn: LearnAdmin | None = None
     #: What continue confirmations are signed with (:func:`continue_key`).
     continue_key: bytes = field(default_factory=lambda: continue_key(None))
+    #: The decision stream's writer (``console.decision_log``; urlsieve.console.stream).
+    decisions: Any = None
+    #: The block pages and the console (urlsieve.console.web.Console); None: no Jinja2.
+    console: Any = None
 
 
 class Reloader:
@@ -671,6 +675,28 @@ def _count(state: ServiceState, results: list[dict[str, Any]]) -> None:
     )
 
 
+def _stream(
+    state: ServiceState,
+    results: list[dict[str, Any]],
+    who: Who | None,
+    request: Request | None = None,
+) -> None:
+    """Hand the results to the decision stream (``console.decision_log``), if it is on."""
+    writer = state.decisions
+    if writer is None:
+        return
+    from urlsieve.console.stream import service_events
+
+    if who is None and request is not None:
+        client = request.scope.get("client")
+        who = Who(client[0] if client else None)
+    events = service_events(results, who.client if who else None, who and who.user, time.time())
+    for item in events:
+        writer.record(item)
+    if state.console is not None:  # this process's own: to the live view without the file
+        state.console.own(events)
+
+
 async def check_one(request: Request) -> Response:
     state = _state(request)
     url = _url_param(request)
@@ -683,6 +709,7 @@ async def check_one(request: Request) -> Response:
         result = decision_json(url, decided)
         _count(state, [result])
         _count_policy(state, [decided])
+        _stream(state, [result], who)
         return JSONResponse(result)
     rules = loaded
     try:
@@ -691,6 +718,7 @@ async def check_one(request: Request) -> Response:
         raise ApiError(422, "invalid_url", f"{exc.reason}: {url[:200]!r}") from None
     await _learn(request, state, [result])
     _count(state, [result])
+    _stream(state, [result], None, request)
     return JSONResponse(result)
 
 
@@ -706,11 +734,13 @@ async def check_batch(request: Request) -> Response:
         results = [decision_json(u, d) for u, d in zip(urls, decided, strict=True)]
         _count(state, results)
         _count_policy(state, decided)
+        _stream(state, results, who)
         return await _off_loop(cost, JSONResponse, {"results": results})
     rules = loaded
     results = await _off_loop(cost, _check_batch, rules, urls)
     await _learn(request, state, results)
     _count(state, results)
+    _stream(state, results, None, request)
     return await _off_loop(cost, JSONResponse, {"results": results})
 
 
@@ -829,6 +859,9 @@ async def continue_page(request: Request) -> Response:
     engine, who, decided = await _warning(request, state, url)
     token = confirmation(state.continue_key, who, url, int(time.time()) + CONFIRM_SECONDS)
     minutes = max(1, engine.policy.warn_seconds // 60)
+    if state.console is not None:  # the block page family's warning, in its language
+        response: Response = state.console.warn_page(request, url, decided.category, minutes, token)
+        return response
     page = _confirmation_page(url, decided.category, minutes, token)
     return HTMLResponse(page, headers=_PAGE_HEADERS)
 
@@ -1202,9 +1235,12 @@ async def openapi(request: Request) -> Response:
     """The OpenAPI document of what this service serves (the learn endpoints only when
     they are on)."""
     state = _state(request)
-    if state.learn is None or state.token is None:
-        return JSONResponse(OPENAPI)
-    return JSONResponse({**OPENAPI, "paths": {**OPENAPI["paths"], **LEARN_PATHS}})
+    paths = dict(OPENAPI["paths"])
+    if state.learn is not None and state.token is not None:
+        paths.update(LEARN_PATHS)
+    if state.console is not None:  # the block pages and the console (HTML)
+        paths.update(state.console.openapi_paths())
+    return JSONResponse({**OPENAPI, "paths": paths})
 
 
 class _Timing:
@@ -1337,6 +1373,7 @@ def create_app(
     token = config.read_token()
     trusted = AddressSet.of(parse_address(a) for a in config.trusted_proxies)
     caps = limits or ServiceLimits()
+    console = _console(config, token, learn, log)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -1377,16 +1414,30 @@ def create_app(
             learn,
             continue_key(token),
         )
+        state = app.state.urlsieve
+        state.console = console
+        if config.decision_log:
+            from urlsieve.console.stream import DecisionWriter
+
+            state.decisions = DecisionWriter(config.decision_log, log=log)
         try:
             async with anyio.create_task_group() as tasks, _sighup(reloader, reload_on_sighup):
                 tasks.start_soon(reloader.run)
+                if console is not None:
+                    tasks.start_soon(console.run, state)
                 yield
                 tasks.cancel_scope.cancel()
         finally:
             if store is not None:
                 store.close()
+            if state.decisions is not None:
+                state.decisions.close()
+            if console is not None:
+                console.close()
 
     routes = [Route(path, _wrap(fn), methods=methods) for path, fn, methods in _ROUTES]
+    if console is not None:
+        routes += console.routes()
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
@@ -1395,6 +1446,22 @@ def create_app(
     app.add_middleware(_Timing)
     app.add_middleware(_OneFraming)
     return app
+
+
+def _console(
+    config: GatewayConfig,
+    token: str | None,
+    learn: LearnAdmin | None,
+    log: Callable[[str], None],
+) -> Any:
+    """The block pages and the console (:mod:`urlsieve.console.web`), or None without
+    Jinja2 (the ``service`` extra installs it)."""
+    try:
+        from urlsieve.console.web import Console
+    except ImportError as exc:
+        log(f"the block pages and the console are off: {exc} (pip install 'urlsieve[service]')")
+        return None
+    return Console(config, token, learn, log)
 
 
 def _param(name: str, description: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -590,6 +590,8 @@ def serve(
     outfd: int = 1,
     chunk: int = 1 << 16,
     max_line: int = MAX_LINE,
+    *,
+    tap: Callable[[list[Any], bytes], None] | None = None,
 ) -> int:
     """Answer request lines from ``infd`` on ``outfd`` until end of input; returns 0.
 
@@ -598,6 +600,9 @@ def serve(
     Each read is scanned once for newlines (only the unfinished line is carried
     over), and a line longer than ``max_line`` bytes is answered as soon as it
     passes the cap, then skipped up to its newline without being kept.
+
+    ``tap(lines, replies)``: called after each write with the batch's lines and reply
+    bytes (the decision stream, :class:`urlsieve.console.stream.HelperTap`).
     """
     for batch in split_lines(lambda size: os.read(infd, size), max_line, chunk, blank_tail=False):
         # After the read: a SIGHUP that arrived while waiting applies to these lines.
@@ -613,6 +618,8 @@ def serve(
             data = helper.answer_batch(batch)  # type: ignore[arg-type]
         if data:
             _write_all(outfd, data)
+            if tap is not None:
+                tap(batch, data)
     return 0
 
 
