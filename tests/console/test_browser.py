@@ -60,9 +60,20 @@ def all_by(driver: Any, css: str) -> list[Any]:
 
 
 def wait_until(what: str, condition: Any, seconds: float = 30.0) -> Any:
+    """``condition()`` once it is true; while a page is still loading its elements may be
+    missing or stale, which counts as "not yet" (the click's page had not replaced the old
+    one when this raised NoSuchElementException under load)."""
+    from selenium.common.exceptions import (
+        NoSuchElementException,
+        StaleElementReferenceException,
+    )
+
     deadline = time.monotonic() + seconds
     while True:
-        found = condition()
+        try:
+            found = condition()
+        except (NoSuchElementException, StaleElementReferenceException):
+            found = None
         if found:
             return found
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -92,7 +103,7 @@ def test_a_block_page_through_squid_says_why_and_takes_a_review(
 ) -> None:
     driver.get(gateway.url("evil.test", "/bad?x=1"))  # through Squid: redirected here
     wait_until("the block page", lambda: driver.current_url.startswith(gateway.base + "/block"))
-    assert by(driver, "h1").text == "This site is blocked"
+    wait_until("its heading", lambda: by(driver, "h1").text == "This site is blocked")
     assert by(driver, "#category").text == "malware"
     assert "lists/malware/domains:1" in by(driver, "#reason").text
     assert by(driver, "#url").text == gateway.url("evil.test", "/bad?x=1")
@@ -101,7 +112,7 @@ def test_a_block_page_through_squid_says_why_and_takes_a_review(
     # A learned block names its evidence; "this is wrong" files a review request.
     driver.get(gateway.url("games.test", "/"))
     wait_until("the block page", lambda: "/block" in driver.current_url)
-    assert by(driver, "#category").text == "games"
+    wait_until("its category", lambda: by(driver, "#category").text == "games")
     assert "learned" in by(driver, "#reason").text
     assert "cheat codes" in by(driver, "#evidence").text
     by(driver, "#note").send_keys("it is the school's chess club")
