@@ -197,7 +197,7 @@ def test_a_resource_of_a_site_with_a_dirty_page_is_blocked_with_its_category() -
     ]
     got = rendered(verdicts, img)
     assert (got.action, got.category) == ("block", "gambling")
-    assert "its site mixed.test has 1 pages learned dirty (1 gambling" in got.note
+    assert "its site mixed.test has 1 page learned dirty (1 gambling" in got.note
     # An unclassifiable or redirect verdict is not a dirty page.
     other = [resource(img), page("http://mixed.test/x", category="unclassifiable")]
     assert rendered(other, img).action == "allow"

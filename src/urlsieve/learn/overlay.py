@@ -250,7 +250,7 @@ def render_resource(
         block = (
             category,
             (
-                f"its site {domain} has {sum(site.blocked.values())} pages learned dirty "
+                f"its site {domain} has {_pages(sum(site.blocked.values()))} learned dirty "
                 f"({pages} {category}, e.g. {example})"
             ),
         )
@@ -259,11 +259,15 @@ def render_resource(
         note = f"{what}: a resource; {why}"
         return dataclasses.replace(verdict, action="block", category=category, note=note[:1000])
     pages = len(site.allowed)
-    why = f"{pages} pages allowed" if pages else "no page learned yet"
+    why = f"{_pages(pages)} allowed" if pages else "no page learned yet"
     if covering is not None:
         why += f"; its host {covering.key} is allowed by {covering.source}"
     note = f"{what}: a resource; its site {domain} has no dirty page ({why})"
     return dataclasses.replace(verdict, action="allow", category=RESOURCE, note=note[:1000])
+
+
+def _pages(count: int) -> str:
+    return f"{count} page" if count == 1 else f"{count} pages"
 
 
 def rendered_resources(
