@@ -331,6 +331,7 @@ def pageload(subresources: int = 20, pending: str = "check", sites: int = 5) -> 
     answer_ms: list[float] = []
     decided_s: list[float] = []
     outcomes: dict[str, int] = {}
+    finals: dict[str, int] = {}
     with origin(2000) as port:
         config_path = _config(state, snapshot, port, sites)
         if pending != "check":
@@ -367,6 +368,20 @@ def pageload(subresources: int = 20, pending: str = "check", sites: int = 5) -> 
                 decided_s.append(time.monotonic() - begun)
                 for outcome in decided.values():
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                # A subresource's verdict follows its site's pages (issue 30): it may be
+                # decided before the page, and flip when the page is learned dirty (the
+                # site's root page, queued by the learner, too). What it ends as, 1 s on:
+                time.sleep(1.0)
+                live.poll()
+                rules = live.get()
+                for url, rule_id in zip(urls, rules.decide_ids(urls), strict=True):
+                    kind = "page" if url.endswith(".html") else "subresource"
+                    if isinstance(rule_id, int) and rule_id >= OVERLAY_IDS:
+                        action, category, _src, _line = rules.provenance(rule_id)
+                        final = f"{kind}: {action} {category}"
+                    else:
+                        final = f"{kind}: undecided"
+                    finals[final] = finals.get(final, 0) + 1
     shutil.rmtree(state, ignore_errors=True)
     return {
         "pending": pending,
@@ -377,6 +392,7 @@ def pageload(subresources: int = 20, pending: str = "check", sites: int = 5) -> 
         "first_load_answer_ms": answer_ms,
         "all_decided_s_median": statistics.median(decided_s),
         "verdicts": outcomes,
+        "verdicts_final": finals,
     }
 
 

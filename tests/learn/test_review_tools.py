@@ -216,6 +216,8 @@ def test_learn_show_and_list_find_what_the_gateway_enforces(
     assert main(["learn", "--config", conf, "list"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert "block\tgambling\tpromoted\t185\tpromo.test" in listed
+    assert "block\tgambling\tlearned\t0\timg.learned.test/logo.png" in listed  # its site's
+    assert "allow\tresource\tlearned\t0\tcalm.test/app.js" in listed
     assert main(["learn", "--config", conf, "list", "--source", "override"]) == 0
     assert "promo.test" not in capsys.readouterr().out
     # A target the crawler refuses: nothing learned, and the setting that would allow it.

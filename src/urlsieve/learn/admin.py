@@ -215,10 +215,16 @@ class LearnAdmin:
     # -- reading -----------------------------------------------------------------------
 
     def verdicts(self, source: str | None = None, action: str | None = None) -> Iterator[Learned]:
-        """Every verdict (by host, then rule), of one source and one action when given."""
+        """Every verdict (by host, then rule), of one source and one action when given (a
+        resource's as its site decides it now)."""
         if source is not None and source not in SOURCES:
             raise RuleSyntaxError(f"source must be one of {', '.join(SOURCES)}", "source")
-        for verdict in self.store.all(source=source):
+        stored = list(self.store.all(source=source))
+        rendered = {}  # a resource's verdict is its site's, as the overlay build renders it
+        if any(v.category == RESOURCE for v in stored):
+            rendered = rendered_resources(self.store.all(), self.settings.promote_after)
+        for row in stored:
+            verdict = rendered.get(row.key, row) if row.category == RESOURCE else row
             if action is None or verdict.action == action:
                 yield verdict
 
