@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from urlsieve import Filter
 from urlsieve.cli import main
@@ -246,3 +248,44 @@ def test_the_overlay_flips_a_sites_resources_when_a_page_is_learned_dirty(
     assert overlay.check(img).action == "allow"
     overlay.close()
     store.close()
+
+
+_HOSTS = ["a.site.test", "b.site.test", "site.test", "other.test", "x.u.github.io", "10.0.0.1"]
+_KINDS = [("block", "gambling"), ("block", "adult"), ("allow", "clean"),
+          ("block", "unclassifiable"), ("allow", "resource")]  # fmt: skip
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(_HOSTS), st.sampled_from(_KINDS), st.integers(0, 5)),
+        max_size=14,
+    ),
+    st.sampled_from(_HOSTS),
+)
+def test_a_resource_is_blocked_exactly_when_its_site_has_a_dirty_page(
+    rows: list[tuple[str, tuple[str, str], int]], host: str
+) -> None:
+    """Any mix of pages: a resource is blocked iff a page of its registrable domain was
+    learned dirty (unclassifiable pages and other resources do not count), with one of
+    those pages' categories; a resource is never counted as a page."""
+    verdicts = {}
+    for where, (action, category), n in rows:
+        v = page(f"http://{where}/p{n}.html", action, category)
+        verdicts[v.key] = v
+    img = resource(f"http://{host}/logo.png")
+    got = rendered([*verdicts.values(), img], f"http://{host}/logo.png")
+    site = learning_domain(host)
+    dirty = {
+        v.category
+        for v in verdicts.values()
+        if learning_domain(v.host) == site
+        and v.action == "block"
+        and v.category != "unclassifiable"
+    }
+    assert (got.action == "block") == bool(dirty)
+    assert got.category in dirty if dirty else got.category == "resource"
+    with_img = [*verdicts.values(), img]
+    assert (
+        site_report(with_img, host, 3)["pages"]
+        == site_report(list(verdicts.values()), host, 3)["pages"]
+    )
