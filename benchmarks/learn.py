@@ -82,6 +82,9 @@ def serve(port_file: str, size: int) -> None:
             kinds = {"png": "image/png", "css": "text/css", "js": "application/javascript"}
             ctype = kinds.get(path.rsplit(".", 1)[-1], "application/octet-stream")
             return aiohttp.web.Response(body=b"\x89PNG...." * 50, content_type=ctype)
+        if path == "/" or path.startswith("/p-"):  # pageload: a clean page, no filler
+            return aiohttp.web.Response(text=f"<html><body>{CLEAN}</body></html>",
+                                        content_type="text/html")  # fmt: skip
         kind = "d" if path.startswith("/d") else "c"
         body = bodies[kind][hash(path) % len(fillers)]
         return aiohttp.web.Response(body=body, content_type="text/html", charset="utf-8")
@@ -321,7 +324,10 @@ def pageload(subresources: int = 20, pending: str = "check", sites: int = 5) -> 
     a browser asks them; ``sites`` new sites one after the other. Counted per site: how
     many requests pass on that first load, what answering them cost the gateway, and how
     long until every one has a learned verdict (asked every 0.1 s without counting as
-    requests), with the verdicts. ``pending = "pass"`` is the cap turned off."""
+    requests), with the verdicts (the first, and what each ends as 1 s later). The last
+    site's page is dirty, the others' clean (no random filler), and so are the sites'
+    root pages (``/``, which the learner queues for a site's first resource).
+    ``pending = "pass"`` is the cap turned off."""
     from urlsieve.layered import OVERLAY_IDS
 
     snapshot, _rules = base_snapshot(1)
@@ -331,6 +337,7 @@ def pageload(subresources: int = 20, pending: str = "check", sites: int = 5) -> 
     answer_ms: list[float] = []
     decided_s: list[float] = []
     outcomes: dict[str, int] = {}
+    finals: dict[str, int] = {}
     with origin(2000) as port:
         config_path = _config(state, snapshot, port, sites)
         if pending != "check":
@@ -341,7 +348,9 @@ def pageload(subresources: int = 20, pending: str = "check", sites: int = 5) -> 
             )
         with gateway(config_path) as (live, helper, _feed):
             for site in range(sites):
-                urls = [f"http://h{site}.bench:{port}/c-page.html"] + [
+                # The last site's page is dirty: its subresources must end blocked.
+                page = "d-page" if site == sites - 1 and sites > 1 else "p-page"
+                urls = [f"http://h{site}.bench:{port}/{page}.html"] + [
                     f"http://h{site}.bench:{port}/s/{n}.{kinds[n % 4]}" for n in range(subresources)
                 ]
                 lines = [f"{u} 10.0.0.1/- - GET".encode() for u in urls]
@@ -367,6 +376,21 @@ def pageload(subresources: int = 20, pending: str = "check", sites: int = 5) -> 
                 decided_s.append(time.monotonic() - begun)
                 for outcome in decided.values():
                     outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                # A subresource's verdict follows its site's pages (issue 30): it may be
+                # decided before the page, and flip when the page is learned dirty (the
+                # site's root page, queued by the learner, too). What it ends as, 1 s on:
+                time.sleep(1.0)
+                live.poll()
+                rules = live.get()
+                for url, rule_id in zip(urls, rules.decide_ids(urls), strict=True):
+                    kind = "page" if url.endswith(".html") else "subresource"
+                    kind = f"{'dirty' if page == 'd-page' else 'clean'} site's {kind}"
+                    if isinstance(rule_id, int) and rule_id >= OVERLAY_IDS:
+                        action, category, _src, _line = rules.provenance(rule_id)
+                        final = f"{kind}: {action} {category}"
+                    else:
+                        final = f"{kind}: undecided"
+                    finals[final] = finals.get(final, 0) + 1
     shutil.rmtree(state, ignore_errors=True)
     return {
         "pending": pending,
@@ -377,6 +401,7 @@ def pageload(subresources: int = 20, pending: str = "check", sites: int = 5) -> 
         "first_load_answer_ms": answer_ms,
         "all_decided_s_median": statistics.median(decided_s),
         "verdicts": outcomes,
+        "verdicts_final": finals,
     }
 
 

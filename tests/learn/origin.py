@@ -30,6 +30,7 @@ __all__ = [
     "BLOCKED_HOST",
     "PAGES",
     "PHRASES",
+    "RESOURCE_PAGES",
     "Origin",
     "Route",
     "load_test_phrases",
@@ -265,6 +266,17 @@ def _attack_pages() -> dict[str, Route]:
 
 
 ATTACK_PAGES: dict[str, Route] = _attack_pages()
+
+#: A page's subresources (issue 30): an image and a style sheet; ``expect`` "resource"
+#: (their verdict is their site's).
+RESOURCE_PAGES: dict[str, Route] = {
+    "/res/logo.png": Route(
+        200, (("Content-Type", "image/png"),), b"\x89PNG\r\n\x1a\n" + bytes(64), "resource"
+    ),
+    "/res/site.css": Route(
+        200, (("Content-Type", "text/css; charset=utf-8"),), b"body { margin: 0 }\n", "resource"
+    ),
+}
 
 
 @dataclass

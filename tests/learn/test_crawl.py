@@ -26,7 +26,13 @@ from tests.learn.origin import (
 )
 from urlsieve.exceptions import ConfigError
 from urlsieve.learn.classify import Classifier
-from urlsieve.learn.crawl import BROWSER_USER_AGENT, Crawler, CrawlSettings, Fetched
+from urlsieve.learn.crawl import (
+    BROWSER_USER_AGENT,
+    Crawler,
+    CrawlSettings,
+    Fetched,
+    is_subresource_type,
+)
 
 HOSTS = {"casino.test": "127.0.0.1", BLOCKED_HOST: "127.0.0.1", "other.test": "127.0.0.1"}
 
@@ -199,6 +205,50 @@ def test_binary_file_is_not_html_and_its_body_is_not_read(origin: Origin) -> Non
     assert result.outcome == "not-html"
     assert "application/octet-stream" in result.reason
     assert crawler.stats.bytes_read == len(PAGES["/robots.txt"].body)
+
+
+@pytest.mark.parametrize(
+    ("media", "resource"),
+    [
+        ("image/png", True),
+        ("image/svg+xml", True),
+        ("video/mp4", True),
+        ("audio/ogg", True),
+        ("font/woff2", True),
+        ("application/font-woff", True),
+        ("text/css", True),
+        ("text/javascript", True),
+        ("application/javascript", True),
+        ("application/wasm", True),
+        ("application/octet-stream", False),
+        ("application/pdf", False),
+        ("application/zip", False),
+        ("application/json", False),
+        ("text/csv", False),
+        ("imagex/png", False),
+        ("", False),
+    ],
+)
+def test_which_types_are_subresources(media: str, resource: bool) -> None:
+    assert is_subresource_type(media) is resource
+
+
+def test_an_image_answer_is_a_resource_and_its_body_is_not_read() -> None:
+    png = b"\x89PNG\r\n" + b"\x00" * 100_000
+    pages = {
+        "/a.png": Route(200, (("Content-Type", "image/PNG; q=1"),), png, None),
+        "/gone.png": Route(404, (("Content-Type", "image/png"),), png, None),
+    }
+    with origin_server(pages) as served:
+        (ok, gone), crawler = _crawl(
+            [
+                f"http://casino.test:{served.port}/a.png",
+                f"http://casino.test:{served.port}/gone.png",
+            ]
+        )
+    assert (ok.outcome, ok.reason) == ("resource", "Content-Type image/png (a subresource)")
+    assert gone.outcome == "http-error"  # an error answer stays unclassifiable
+    assert crawler.stats.bytes_read < 2 * 65536
 
 
 def test_slow_page_times_out(origin: Origin) -> None:

@@ -222,13 +222,13 @@ HIDING = {
     "disallow.test": ("/p", "(robots): robots.txt of disallow.test disallows"),
     "robots503.test": ("/p", "answered HTTP 503"),
     "notfound.test": ("/p", "(http-error): HTTP 404"),
-    "binary.test": ("/p", "(not-html): Content-Type 'image/png'"),
+    "binary.test": ("/p", "(not-html): Content-Type 'application/pdf'"),
     "chain.test": ("/r0", "(too-many-redirects)"),
 }
 HIDING_PAGES = {
     "disallow.test/robots.txt": Route(200, (), b"User-agent: *\nDisallow: /\n", None),
     "robots503.test/robots.txt": Route(503, (), b"", None),
-    "binary.test/p": Route(200, (("Content-Type", "image/png"),), b"\x89PNG\r\n", None),
+    "binary.test/p": Route(200, (("Content-Type", "application/pdf"),), b"%PDF-1.4\n", None),
     "robots503.test/p": Route(200, (("Content-Type", "text/html"),), b"<p>x</p>", None),
     "disallow.test/p": Route(200, (("Content-Type", "text/html"),), b"<p>x</p>", None),
     **{f"/r{i}": Route(302, (("Location", f"/r{i + 1}"),), b"", None) for i in range(9)},
@@ -272,6 +272,68 @@ def test_a_site_the_crawler_cannot_read_gets_an_unclassifiable_verdict(
         rules = filter_loader(load_config(str(conf)))()
         verdict = rules.check(urls["notfound.test"])
         assert (verdict.action, verdict.category) == ("allow", "unclassifiable")
+
+
+#: A new site's subresources (issue 30): what each type is learned as.
+SUBRESOURCES = {
+    "/logo.png": ("image/png", "resource"),
+    "/site.css": ("text/css; charset=utf-8", "resource"),
+    "/app.js": ("application/javascript", "resource"),
+    "/font.woff2": ("font/woff2", "resource"),
+    "/blob": ("application/octet-stream", "unclassifiable"),
+    "/doc.pdf": ("application/pdf", "unclassifiable"),
+}
+
+
+def test_a_new_sites_subresources_follow_its_pages_and_its_root_page_is_queued(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Images, style sheets, scripts and fonts are not unclassifiable: they are allowed
+    while their site has no dirty page, and the site's root page is queued once so that
+    the site gets judged; other unreadable types stay unclassifiable."""
+    pages = {
+        **{
+            path: Route(200, (("Content-Type", ctype),), b"\x00\x01bytes", None)
+            for path, (ctype, _) in SUBRESOURCES.items()
+        },
+        "dirty-site.test/": PAGES["/en/casino.html"],
+        "clean-site.test/": PAGES["/en/clean.html"],
+    }
+    with origin_server(pages) as served:
+        conf = write_config(tmp_path, served)
+        names = '"dirty-site.test" = "127.0.0.1", "clean-site.test" = "127.0.0.1", '
+        conf.write_text(conf.read_text("utf-8").replace("hosts = {", "hosts = {" + names))
+        urls = {
+            (site, path): f"http://{site}:{served.port}{path}"
+            for site in ("dirty-site.test", "clean-site.test")
+            for path in SUBRESOURCES
+        }
+        offer(conf, list(urls.values()))
+        assert learn(conf, "run", "--until-idle") == 0
+        # The root page of each site was queued by the learner and fetched, once.
+        assert served.hits.count("dirty-site.test/") == 1, served.hits
+        assert served.hits.count("clean-site.test/") == 2  # a clean page: the second look
+        rules = filter_loader(load_config(str(conf)))()
+        for (site, path), url in urls.items():
+            got = rules.check(url)
+            learned = SUBRESOURCES[path][1]
+            if learned == "unclassifiable":
+                assert (got.action, got.category) == ("block", "unclassifiable"), url
+            elif site == "dirty-site.test":
+                assert (got.action, got.category) == ("block", "gambling"), url
+            else:
+                assert (got.action, got.category) == ("allow", "resource"), url
+        capsys.readouterr()
+        assert learn(conf, "show", urls[("dirty-site.test", "/logo.png")]) == 0
+        shown = capsys.readouterr().out
+        assert "block (gambling)" in shown and "a resource; its site dirty-site.test" in shown
+        assert learn(conf, "show", urls[("clean-site.test", "/site.css")]) == 0
+        shown = capsys.readouterr().out
+        assert "allow (resource)" in shown and "has no dirty page" in shown, shown
+        # A resource of a site that has a page verdict queues no root page.
+        offer(conf, [f"http://dirty-site.test:{served.port}/logo.png?v=2"])
+        assert learn(conf, "run", "--until-idle") == 0
+        assert served.hits.count("dirty-site.test/") == 1
 
 
 def test_the_unclassifiable_setting_is_checked(tmp_path: Path) -> None:

@@ -32,6 +32,9 @@ CASES = {
     "http://promo.test/": ("block", "gambling", "the promoted host"),
     "http://learned.test/q?b=2&a=1&utm_source=x": ("block", "gambling", "a query variant"),
     "http://unknown.test/x": ("allow", None, "unknown (allow-first: passes, queued)"),
+    "http://img.learned.test/logo.png": ("block", "gambling", "a resource of a dirty site"),
+    "http://promo.test/site.css": ("block", "gambling", "a resource of a promoted site"),
+    "http://calm.test/app.js": ("allow", None, "a resource of a clean site"),
 }
 
 
@@ -81,6 +84,12 @@ def gateway(tmp_path: Path) -> Iterator[Path]:
             "unclassifiable (robots): robots.txt of hidden.test disallows it",
         ),
         *(_learned(f"http://promo.test/p{i}.html", "block", "gambling") for i in range(3)),
+        _learned("http://calm.test/", "allow", "clean"),
+        *(
+            _learned(url, "allow", "resource", "Content-Type image/png (a subresource)")
+            for url in CASES
+            if CASES[url][2].startswith("a resource")
+        ),
     ]
     with VerdictStore(state / "verdicts.db") as store:
         store.put(verdicts)
@@ -163,8 +172,12 @@ def test_every_tool_agrees_with_a_real_helper(
     for url, (action, category, what) in CASES.items():
         # An unknown URL: no rule ("none"), which the helper passes (allow-first).
         expected = (action, category) if what.startswith(("listed", "learned b", "unclass",
-                                                           "a page", "the prom", "a query")) \
-            else ("allow", "clean") if what == "learned allow" else ("none", None)  # fmt: skip
+                                                           "a page", "the prom", "a query",
+                                                           "a resource of a d",
+                                                           "a resource of a p")) \
+            else ("allow", "clean") if what == "learned allow" \
+            else ("allow", "resource") if what == "a resource of a clean site" \
+            else ("none", None)  # fmt: skip
         for tool, answers in (("check", checked), ("explain", explained),
                               ("config check", configured), ("/v1/explain", served)):  # fmt: skip
             assert answers[url] == expected, (tool, url, what, answers[url])
@@ -189,6 +202,11 @@ def test_learn_show_and_list_find_what_the_gateway_enforces(
         ("http://promo.test/never-seen.html", "block (gambling)"),  # page of a promoted host
         ("promo.test", "block (gambling)"),  # the promoted host itself
         ("http://hidden.test/page.html", "block (unclassifiable)"),
+        ("http://img.learned.test/logo.png", "block (gambling)"),  # a resource: its site's
+        ("http://img.learned.test/logo.png", "its site learned.test has 2 pages learned dirty"),
+        ("http://promo.test/site.css", "its site promo.test is blocked (promoted: 3 pages"),
+        ("http://calm.test/app.js", "allow (resource)"),
+        ("http://calm.test/app.js", "its site calm.test has no dirty page (1 page allowed)"),
     ):
         assert main(["learn", "--config", conf, "show", url]) == 0, url
         shown = capsys.readouterr().out
@@ -198,6 +216,8 @@ def test_learn_show_and_list_find_what_the_gateway_enforces(
     assert main(["learn", "--config", conf, "list"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert "block\tgambling\tpromoted\t185\tpromo.test" in listed
+    assert "block\tgambling\tlearned\t0\timg.learned.test/logo.png" in listed  # its site's
+    assert "allow\tresource\tlearned\t0\tcalm.test/app.js" in listed
     assert main(["learn", "--config", conf, "list", "--source", "override"]) == 0
     assert "promo.test" not in capsys.readouterr().out
     # A target the crawler refuses: nothing learned, and the setting that would allow it.

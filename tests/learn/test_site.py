@@ -7,12 +7,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from urlsieve import Filter
 from urlsieve.cli import main
 from urlsieve.gateway.live import LiveRules
 from urlsieve.layered import LayeredFilter
-from urlsieve.learn.overlay import build_overlay, clean_domains, promoted_hosts, site_report
+from urlsieve.learn.overlay import (
+    build_overlay,
+    clean_domains,
+    promoted_hosts,
+    rendered_resources,
+    site_report,
+)
 from urlsieve.learn.verdicts import Learned, VerdictStore, rule_key
 from urlsieve.url.expressions import learning_domain
 
@@ -154,3 +162,130 @@ def test_a_gateway_notices_a_new_overlay_without_waiting_for_its_check(tmp_path:
     assert untold.poll() is False  # the one-hour check is not due
     assert told.poll() is False  # one reload per change
     store.close()
+
+
+# -- subresources follow their site (issue 30: a new site's images are not unclassifiable) --
+
+
+def resource(url: str) -> Learned:
+    return page(url, "allow", "resource", score=0, note="Content-Type image/png (a subresource)")
+
+
+def rendered(verdicts: list[Learned], url: str, after: int = 3) -> Learned:
+    return rendered_resources(verdicts, after)[rule_key(url)[0]]
+
+
+def test_a_resource_of_a_site_with_no_page_is_allowed() -> None:
+    img = "http://cdn.new.test/logo.png"
+    got = rendered([resource(img)], img)
+    assert (got.action, got.category) == ("allow", "resource")
+    assert "its site new.test has no dirty page (no page learned yet)" in got.note
+    # ... nor with clean pages only (and a resource never counts as a page of its site)
+    verdicts = [resource(img), clean("http://new.test/a.html"), clean("http://www.new.test/b")]
+    got = rendered(verdicts, img)
+    assert (got.action, got.category) == ("allow", "resource")
+    assert "2 pages allowed" in got.note
+    many = [resource(f"http://new.test/{i}.png") for i in range(5)]
+    assert clean_domains(many, 3) == [] and promoted_hosts(many, 3) == {}
+    assert site_report(many, "new.test", 3)["pages"] == 0
+
+
+def test_a_resource_of_a_site_with_a_dirty_page_is_blocked_with_its_category() -> None:
+    img = "http://img.mixed.test/a.png"
+    verdicts = [
+        resource(img),
+        *(clean(f"http://mixed.test/c{i}") for i in range(5)),
+        page("http://www.mixed.test/casino.html"),  # one dirty page among clean ones
+    ]
+    got = rendered(verdicts, img)
+    assert (got.action, got.category) == ("block", "gambling")
+    assert "its site mixed.test has 1 page learned dirty (1 gambling" in got.note
+    # An unclassifiable or redirect verdict is not a dirty page.
+    other = [resource(img), page("http://mixed.test/x", category="unclassifiable")]
+    assert rendered(other, img).action == "allow"
+
+
+def test_a_resource_of_a_promoted_or_blocked_site_is_blocked() -> None:
+    img = "http://static.evil.test/s.css"
+    dirty = [page(f"http://a{i}.evil.test/en/casino.html") for i in range(3)]
+    got = rendered([resource(img), *dirty], img)
+    assert (got.action, got.category) == ("block", "gambling")
+    assert "promoted" in got.note
+    # An operator's host block decides (its category), and a host allow does not unblock
+    # a site with a dirty page (the worse wins).
+    host = Learned(key="evil.test", host="evil.test", action="block", category="adult",
+                   source="override")  # fmt: skip
+    assert rendered([resource(img), host], img).category == "adult"
+    allowed = Learned(key="static.evil.test", host="static.evil.test", action="allow",
+                      category="override", source="override")  # fmt: skip
+    assert rendered([resource(img), allowed], img).action == "allow"
+    assert rendered([resource(img), allowed, dirty[0]], img).action == "block"
+
+
+def test_the_overlay_flips_a_sites_resources_when_a_page_is_learned_dirty(
+    tmp_path: Path,
+) -> None:
+    store = VerdictStore(tmp_path / "v.db")
+    img, css = "http://fresh.test/logo.png", "http://cdn.fresh.test/site.css"
+    store.put([resource(img), resource(css), clean("http://fresh.test/")])
+    build_overlay(store, tmp_path / "tree", tmp_path / "o.snap", promote_after=3)
+    overlay = Filter.load(tmp_path / "o.snap")
+    assert [overlay.check(u).action for u in (img, css)] == ["allow", "allow"]
+    assert overlay.check("http://fresh.test/other.png").action == "none"  # no verdict of its own
+    overlay.close()
+    assert "fresh.test/logo.png" in (tmp_path / "tree/allow/resource/urls").read_text("utf-8")
+    store.put([page("http://www.fresh.test/poker.html")])
+    build_overlay(store, tmp_path / "tree", tmp_path / "o.snap", promote_after=3)
+    overlay = Filter.load(tmp_path / "o.snap")
+    for url in (img, css):
+        assert (overlay.check(url).action, overlay.check(url).category) == ("block", "gambling")
+    overlay.close()
+    assert (tmp_path / "tree/allow/resource/urls").read_text("utf-8") == ""
+    # The page's verdict forgotten: the resources are allowed again.
+    store.forget([rule_key("http://www.fresh.test/poker.html")[0]])
+    build_overlay(store, tmp_path / "tree", tmp_path / "o.snap", promote_after=3)
+    overlay = Filter.load(tmp_path / "o.snap")
+    assert overlay.check(img).action == "allow"
+    overlay.close()
+    store.close()
+
+
+_HOSTS = ["a.site.test", "b.site.test", "site.test", "other.test", "x.u.github.io", "10.0.0.1"]
+_KINDS = [("block", "gambling"), ("block", "adult"), ("allow", "clean"),
+          ("block", "unclassifiable"), ("allow", "resource")]  # fmt: skip
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(_HOSTS), st.sampled_from(_KINDS), st.integers(0, 5)),
+        max_size=14,
+    ),
+    st.sampled_from(_HOSTS),
+)
+def test_a_resource_is_blocked_exactly_when_its_site_has_a_dirty_page(
+    rows: list[tuple[str, tuple[str, str], int]], host: str
+) -> None:
+    """Any mix of pages: a resource is blocked iff a page of its registrable domain was
+    learned dirty (unclassifiable pages and other resources do not count), with one of
+    those pages' categories; a resource is never counted as a page."""
+    verdicts = {}
+    for where, (action, category), n in rows:
+        v = page(f"http://{where}/p{n}.html", action, category)
+        verdicts[v.key] = v
+    img = resource(f"http://{host}/logo.png")
+    got = rendered([*verdicts.values(), img], f"http://{host}/logo.png")
+    site = learning_domain(host)
+    dirty = {
+        v.category
+        for v in verdicts.values()
+        if learning_domain(v.host) == site
+        and v.action == "block"
+        and v.category != "unclassifiable"
+    }
+    assert (got.action == "block") == bool(dirty)
+    assert got.category in dirty if dirty else got.category == "resource"
+    with_img = [*verdicts.values(), img]
+    assert (
+        site_report(with_img, host, 3)["pages"]
+        == site_report(list(verdicts.values()), host, 3)["pages"]
+    )

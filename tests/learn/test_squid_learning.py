@@ -33,7 +33,14 @@ from tests.gateway.servers import (
     world_readable_tempdir,
 )
 from tests.gateway.servers import request as proxy_get
-from tests.learn.origin import ATTACK_PAGES, BLOCKED_HOST, PAGES, Origin, origin_server
+from tests.learn.origin import (
+    ATTACK_PAGES,
+    BLOCKED_HOST,
+    PAGES,
+    RESOURCE_PAGES,
+    Origin,
+    origin_server,
+)
 from urlsieve.cli import main
 from urlsieve.learn.crawl import BROWSER_USER_AGENT, CRAWLER_USER_AGENT
 from urlsieve.learn.queue import Sighting, open_queue
@@ -144,7 +151,7 @@ def learning_gateway(
         os.chmod(state, 0o777)
         os.chmod(state / "queue.db", 0o666)
         with (
-            origin_server({**PAGES, **ATTACK_PAGES}) as origin,
+            origin_server({**PAGES, **ATTACK_PAGES, **RESOURCE_PAGES}) as origin,
             running_squid(
                 wrapper,
                 config,
@@ -282,6 +289,41 @@ def test_cloaking_and_padding_do_not_get_through_squid(
     assert main(["learn", "--config", str(gw.config), "show", urls["/pad/beyond.html"]]) == 0
     shown = capsys.readouterr().out
     assert "unclassifiable" in shown and "too-large" in shown, shown
+
+
+def test_a_new_sites_images_and_style_sheets_follow_its_pages_through_squid(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 30: a page's image and style sheet used to end blocked as unclassifiable
+    (not HTML). Now they are allowed on a site whose pages are clean, and blocked with the
+    site's category on a site with a dirty page."""
+    with learning_gateway("allow-first", extra_hosts=("pics.test", "dirtypics.test")) as gw:
+        pages = (("pics.test", "/en/clean.html"), ("dirtypics.test", "/en/casino.html"))
+        loads = {
+            site: [gw.url(site, page), gw.url(site, "/res/logo.png"), gw.url(site, "/res/site.css")]
+            for site, page in pages
+        }
+        for urls in loads.values():  # a first page load: the page and its subresources
+            for url in urls:
+                assert verdict(gw, url) == (200, None), url  # within the burst: they pass
+        for url in loads["dirtypics.test"]:
+            wait_for(gw, url, "gambling")
+        # Past the burst, an unknown URL of the site gets the pending answer: a 200 now
+        # means a learned allow.
+        for url in loads["pics.test"]:
+            wait_for(gw, url, None)
+        capsys.readouterr()
+        for url, wanted in (
+            (loads["pics.test"][1], "allow (resource)"),
+            (loads["pics.test"][2], "its site pics.test has no dirty page"),
+            (loads["dirtypics.test"][1], "block (gambling)"),
+            (loads["dirtypics.test"][2], "a resource; its site dirtypics.test has 1 page"),
+        ):
+            assert main(["learn", "--config", str(gw.config), "show", url]) == 0
+            shown = capsys.readouterr().out
+            assert wanted in shown, (url, shown)
+        hidden = gw.state / "learned" / "block" / "unclassifiable" / "urls"
+        assert "/res/" not in (hidden.read_text("utf-8") if hidden.exists() else "")
 
 
 def test_a_private_address_is_never_fetched(

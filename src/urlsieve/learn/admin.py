@@ -27,7 +27,13 @@ from typing import Any
 
 from urlsieve.exceptions import InvalidURL, RuleSyntaxError
 from urlsieve.learn.config import LearnSettings, read_learn_settings
-from urlsieve.learn.overlay import build_overlay, rule_line, site_report
+from urlsieve.learn.overlay import (
+    RESOURCE,
+    build_overlay,
+    rendered_resources,
+    rule_line,
+    site_report,
+)
 from urlsieve.learn.verdicts import SOURCES, Learned, open_verdicts, rule_key
 from urlsieve.rules.model import Rule, parse_rule
 
@@ -209,10 +215,16 @@ class LearnAdmin:
     # -- reading -----------------------------------------------------------------------
 
     def verdicts(self, source: str | None = None, action: str | None = None) -> Iterator[Learned]:
-        """Every verdict (by host, then rule), of one source and one action when given."""
+        """Every verdict (by host, then rule), of one source and one action when given (a
+        resource's as its site decides it now)."""
         if source is not None and source not in SOURCES:
             raise RuleSyntaxError(f"source must be one of {', '.join(SOURCES)}", "source")
-        for verdict in self.store.all(source=source):
+        stored = list(self.store.all(source=source))
+        rendered = {}  # a resource's verdict is its site's, as the overlay build renders it
+        if any(v.category == RESOURCE for v in stored):
+            rendered = rendered_resources(self.store.all(), self.settings.promote_after)
+        for row in stored:
+            verdict = rendered.get(row.key, row) if row.category == RESOURCE else row
             if action is None or verdict.action == action:
                 yield verdict
 
@@ -231,7 +243,12 @@ class LearnAdmin:
         its own, its verdict is read back from its provenance comment in the learned
         tree); :class:`InvalidURL` for a URL without a usable host."""
         key, host = rule_key(check_url(url))
-        return self.store.get(key) or self.store.get(host) or self._enforced(url)
+        found = self.store.get(key) or self.store.get(host) or self._enforced(url)
+        if found is not None and found.category == RESOURCE and not found.is_host:
+            # A resource's verdict is its site's, rendered as the overlay build renders it.
+            rendered = rendered_resources(self.store.all(), self.settings.promote_after)
+            return rendered.get(found.key, found)
+        return found
 
     def _enforced(self, url: str) -> Learned | None:
         from urlsieve.filter import Filter

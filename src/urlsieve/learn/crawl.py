@@ -26,7 +26,10 @@ What a fetch does, in order:
    URL, must be http(s), is passed to ``check_hop`` (the URL filter: a hop it blocks
    blocks the start URL, outcome ``redirect-blocked``, and the blocked host is never
    contacted), to the guard and to robots.txt, at most ``max_redirects`` times.
-6. Only ``content_types`` are read (others are ``not-html``, their body unread);
+6. Only ``content_types`` are read; a 2xx answer of a subresource type
+   (:data:`SUBRESOURCE_TYPES`: images, media, fonts, style sheets, scripts) is outcome
+   ``resource`` (its site decides it, see :mod:`urlsieve.learn.overlay`), any other type
+   ``not-html``; the body of either is not read;
    ``gzip``, ``deflate`` and ``br`` are decoded here, with the byte cap applied to the
    decoded bytes as they are produced (a gzip bomb costs ``max_bytes``, not its
    expansion); the rest of a body past ``max_bytes`` is not read (``Page.truncated``) —
@@ -73,6 +76,9 @@ __all__ = [
     "Fetched",
     "Outcome",
     "PageScan",
+    "SUBRESOURCE_PREFIXES",
+    "SUBRESOURCE_TYPES",
+    "is_subresource_type",
 ]
 
 Outcome = Literal[
@@ -81,6 +87,7 @@ Outcome = Literal[
     "refused",
     "redirect-blocked",
     "not-html",
+    "resource",
     "http-error",
     "timeout",
     "too-many-redirects",
@@ -104,6 +111,33 @@ BROWSER_ACCEPT = (
 )
 #: The second identity: the crawler saying what it is.
 CRAWLER_USER_AGENT = f"urlsieve-learn/{__version__}"
+#: The media types of a page's subresources (issue 30): a 2xx answer of one of these is not
+#: read but learned as a ``resource``, whose verdict follows its site's pages (images,
+#: media, fonts, style sheets, scripts, WebAssembly). Every other type the crawler does not
+#: read (``application/octet-stream``, ``application/pdf``, archives, …) stays ``not-html``.
+SUBRESOURCE_TYPES = frozenset(
+    {
+        "text/css",
+        "text/javascript",
+        "text/ecmascript",
+        "application/javascript",
+        "application/x-javascript",
+        "application/ecmascript",
+        "application/wasm",
+        "application/vnd.ms-fontobject",
+    }
+)
+#: ... and every type under these prefixes.
+SUBRESOURCE_PREFIXES = ("image/", "audio/", "video/", "font/", "application/font-",
+                        "application/x-font-")  # fmt: skip
+
+
+def is_subresource_type(media: str) -> bool:
+    """Whether ``media`` (a Content-Type's media type, lower case, no parameters) is a
+    subresource type (:data:`SUBRESOURCE_TYPES`, :data:`SUBRESOURCE_PREFIXES`)."""
+    return media in SUBRESOURCE_TYPES or media.startswith(SUBRESOURCE_PREFIXES)
+
+
 #: Bytes fed to a page scan at a time (the classifier works in segments of its own).
 _SCAN_FEED = 1 << 20
 
@@ -534,6 +568,8 @@ class Crawler:
         if ctype is not None:
             media = ctype.partition(";")[0].strip().lower()
             if media not in self.settings.content_types:
+                if is_subresource_type(media):
+                    raise _Stop("resource", f"Content-Type {media} (a subresource)")
                 raise _Stop("not-html", f"Content-Type {media or ctype!r} is not fetched")
         scan = None
         if self.scanner is not None:

@@ -11,6 +11,17 @@ administrator) can read, each rule preceded by its provenance comment::
     learned/allow/override/…         an operator's ``learn allow``
     learned/block/unclassifiable/urls  pages the crawler could not read (allow/… when
                                      ``learn.unclassifiable = "allow"``)
+    learned/allow/resource/urls      subresources (images, style sheets, scripts, fonts)
+                                     of sites with no dirty page
+
+A **resource** (a URL the crawler found to be an image, a style sheet, a script, a font…:
+:data:`urlsieve.learn.crawl.SUBRESOURCE_TYPES`) has no text to classify: its verdict
+follows its site (the registrable domain, :func:`~urlsieve.url.expressions.learning_domain`),
+rendered anew at every build (:func:`render_resource`): **block**, with the site's category,
+when the site is blocked (an explicit host verdict covering it, or promotion) or has any
+page learned dirty; **allow** otherwise. So when a page of the site is later learned dirty,
+its resources are blocked from the next build on. A resource does not count as a page of
+its site (it never makes a site known clean, nor promotes one).
 
 A learned page is written as an exact rule (``=host/path|``: that host, that path), not as
 the list line ``host/path``, which would also cover every page below the path and every
@@ -28,6 +39,7 @@ was learned, so compiling it takes milliseconds whatever the size of the base li
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections import Counter, defaultdict
@@ -45,13 +57,16 @@ from urlsieve.url.expressions import learning_domain
 
 __all__ = [
     "CLEAN_CATEGORY",
+    "RESOURCE",
     "UNCLASSIFIABLE",
     "OverlayBuild",
     "build_overlay",
     "category_directory",
     "clean_domains",
     "promoted_hosts",
+    "render_resource",
     "render_tree",
+    "rendered_resources",
     "rule_line",
     "site_report",
 ]
@@ -60,6 +75,8 @@ __all__ = [
 CLEAN_CATEGORY = "clean"
 #: The category of a verdict on a URL the crawler could not read (see learn.runner).
 UNCLASSIFIABLE = "unclassifiable"
+#: The stored category of a subresource's verdict (its rendered one follows its site).
+RESOURCE = "resource"
 
 
 @dataclass(frozen=True)
@@ -151,7 +168,7 @@ class _Site:
 def _sites(verdicts: Iterable[Learned]) -> dict[str, _Site]:
     sites: dict[str, _Site] = defaultdict(_Site)
     for v in verdicts:
-        if v.is_host or v.category == UNCLASSIFIABLE:  # says nothing of the other pages
+        if v.is_host or v.category in (UNCLASSIFIABLE, RESOURCE):  # not a page of the site
             continue
         site = sites[learning_domain(v.host)]
         if v.action == "allow":
@@ -201,6 +218,73 @@ def site_report(verdicts: Iterable[Learned], host: str, after: int) -> dict[str,
     }
 
 
+def render_resource(
+    verdict: Learned,
+    sites: dict[str, _Site],
+    hosts: dict[str, Learned],
+    promoted: dict[str, Learned],
+) -> Learned:
+    """The verdict a resource (stored with category :data:`RESOURCE`) is enforced with: its
+    site's. Block, with the site's category, when a host verdict covers its host (an
+    operator's or the learner's, the most specific one) and blocks, when its site is
+    promoted, or when any page of its site was learned dirty (the worse wins: a host
+    allow does not unblock the resources of a site with a dirty page); allow otherwise.
+    ``sites`` is :func:`_sites` of every verdict, ``hosts`` the host verdicts by key,
+    ``promoted`` :func:`promoted_hosts`."""
+    domain = learning_domain(verdict.host)
+    site = sites.get(domain, _Site())
+    what = verdict.note or "a resource"
+    labels = verdict.host.split(".")
+    covering = next(
+        (hosts[h] for h in (".".join(labels[i:]) for i in range(len(labels))) if h in hosts),
+        None,
+    )
+    block: tuple[str, str] | None = None
+    if covering is not None and covering.action == "block":
+        block = covering.category, f"its site {covering.key} is blocked by {covering.source}"
+    elif domain in promoted:
+        block = promoted[domain].category, f"its site {domain} is blocked ({promoted[domain].note})"
+    elif site.blocked:
+        category, pages = site.blocked.most_common(1)[0]
+        example = site.examples[category][0].key
+        block = (
+            category,
+            (
+                f"its site {domain} has {_pages(sum(site.blocked.values()))} learned dirty "
+                f"({pages} {category}, e.g. {example})"
+            ),
+        )
+    if block is not None:
+        category, why = block
+        note = f"{what}: a resource; {why}"
+        return dataclasses.replace(verdict, action="block", category=category, note=note[:1000])
+    pages = len(site.allowed)
+    why = f"{_pages(pages)} allowed" if pages else "no page learned yet"
+    if covering is not None:
+        why += f"; its host {covering.key} is allowed by {covering.source}"
+    note = f"{what}: a resource; its site {domain} has no dirty page ({why})"
+    return dataclasses.replace(verdict, action="allow", category=RESOURCE, note=note[:1000])
+
+
+def _pages(count: int) -> str:
+    return f"{count} page" if count == 1 else f"{count} pages"
+
+
+def rendered_resources(
+    verdicts: Iterable[Learned], after: int, promoted: dict[str, Learned] | None = None
+) -> dict[str, Learned]:
+    """Every resource verdict as :func:`render_resource` renders it now, by key."""
+    verdicts = list(verdicts)
+    resources = [v for v in verdicts if v.category == RESOURCE and not v.is_host]
+    if not resources:
+        return {}
+    sites = _sites(verdicts)
+    hosts = {v.key: v for v in verdicts if v.is_host}
+    if promoted is None:
+        promoted = promoted_hosts(verdicts, after)
+    return {v.key: render_resource(v, sites, hosts, promoted) for v in resources}
+
+
 def _write(path: Path, lines: list[str]) -> None:
     """Write a list file atomically (readers never see half of it; a crash keeps the old).
     Not synced: the lists are rendered anew from the verdict store on every build."""
@@ -216,9 +300,10 @@ def render_tree(store: Verdicts, tree: Path, *, promote_after: int = 3) -> tuple
     promoted = {
         h: v for h, v in promoted_hosts(verdicts, promote_after).items() if h not in explicit_hosts
     }
+    resources = rendered_resources(verdicts, promote_after, promoted)
     # Lines per (side, category, kind): a file's path is built once, not per verdict.
     files: dict[tuple[str, str, str], list[str]] = defaultdict(list)
-    for v in [*verdicts, *promoted.values()]:
+    for v in [*(resources.get(v.key, v) for v in verdicts), *promoted.values()]:
         side = "block" if v.action == "block" else "allow"
         category = (
             category_directory(v.category)
@@ -226,8 +311,8 @@ def render_tree(store: Verdicts, tree: Path, *, promote_after: int = 3) -> tuple
             else (
                 "override"
                 if v.source == "override"
-                else UNCLASSIFIABLE
-                if v.category == UNCLASSIFIABLE
+                else v.category
+                if v.category in (UNCLASSIFIABLE, RESOURCE)
                 else CLEAN_CATEGORY
             )
         )

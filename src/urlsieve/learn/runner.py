@@ -31,6 +31,13 @@ until the queue's attempts run out): a page read then replaces the verdict. A UR
 address the guard refuses (an intranet name, ``learn.crawl.allow_networks``) gets none: it
 is the administrator's, not the site's, choice.
 
+A URL whose answer is a **subresource** (a 2xx answer of an image, media, font, style sheet
+or script type: :data:`~urlsieve.learn.crawl.SUBRESOURCE_TYPES`) is not unclassifiable: it
+gets a ``resource`` verdict whose enforced action follows its site's pages, rendered at
+every overlay build (:func:`~urlsieve.learn.overlay.render_resource`). When the site has
+no page verdict yet, the learner queues its host's root page (``scheme://host/``), once
+per learner process, so that the site gets judged by its pages.
+
 The crawler honours robots.txt (``learn.crawl.robots``, on by default): it does not read
 what a site asks robots not to read — and the site's URL is then unclassifiable, blocked
 by default, never "allowed for ever".
@@ -73,11 +80,13 @@ from pathlib import Path
 from urlsieve.exceptions import InvalidURL, LearnError, QueueUnavailable, SpoolCorrupt
 from urlsieve.learn.classify import Classification, Classifier
 from urlsieve.learn.crawl import Crawler, CrawlSettings, Fetched
-from urlsieve.learn.overlay import CLEAN_CATEGORY, UNCLASSIFIABLE, build_overlay
+from urlsieve.learn.overlay import CLEAN_CATEGORY, RESOURCE, UNCLASSIFIABLE, build_overlay
 from urlsieve.learn.page import Page
-from urlsieve.learn.queue import Job, UnknownQueue
+from urlsieve.learn.queue import Job, Sighting, UnknownQueue
 from urlsieve.learn.spool import Spool, claim_next
 from urlsieve.learn.verdicts import Learned, Verdicts, rule_key
+from urlsieve.url import parse_url
+from urlsieve.url.expressions import learning_domain
 
 __all__ = [
     "LATENCY_BUCKETS",
@@ -88,6 +97,8 @@ __all__ = [
     "category_of",
     "learned_from",
     "redirect_verdict",
+    "resource_verdict",
+    "root_of",
     "too_large_verdicts",
     "unclassifiable_verdict",
 ]
@@ -308,6 +319,31 @@ def redirect_verdict(job: Job, fetched: Fetched, now: float) -> Learned | None:
     return _job_verdict(job, now, action="block", category=category, source="redirect", note=note)
 
 
+def resource_verdict(job: Job, fetched: Fetched, now: float) -> Learned | None:
+    """The verdict on a subresource (outcome ``resource``): stored as an allow of category
+    :data:`~urlsieve.learn.overlay.RESOURCE`; every overlay build renders it as its site's
+    (see :func:`~urlsieve.learn.overlay.render_resource`)."""
+    if fetched.outcome != "resource":
+        return None
+    return _job_verdict(
+        job, now, action="allow", category=RESOURCE, source="learned", note=fetched.reason
+    )
+
+
+def root_of(url: str) -> str | None:
+    """The root page (``scheme://host[:port]/``) of ``url``'s host, or None."""
+    try:
+        parsed = parse_url(url)
+    except InvalidURL:
+        return None
+    if parsed.scheme not in ("http", "https"):
+        return None
+    default = 443 if parsed.scheme == "https" else 80
+    port = f":{parsed.port}" if parsed.port not in (None, default) else ""
+    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+    return f"{parsed.scheme}://{host}{port}/"
+
+
 def unclassifiable_verdict(
     job: Job, fetched: Fetched, now: float, action: str = "block"
 ) -> Learned | None:
@@ -382,6 +418,8 @@ class Learner:
         self._built_version: int | None = None  # the store's version the overlay shows
         self._spool: Spool | None = None
         self._crawling = 0  # jobs being fetched
+        #: Sites whose root page this learner queued for a resource (once per site).
+        self._rooted: set[str] = set()
 
     # -- the crawl loop ----------------------------------------------------------------
 
@@ -504,6 +542,11 @@ class Learner:
             elif fetched.outcome == "page" and fetched.page is not None:
                 # Done by the classifier, once the verdict is stored (the job stays leased).
                 pages.append(dataclasses.replace(fetched.page, job=job.key))
+            elif fetched.outcome == "resource":
+                verdict = resource_verdict(job, fetched, now)
+                if verdict is not None:
+                    verdicts.append(verdict)
+                kept.append(job)
             elif fetched.outcome == "redirect-blocked":
                 verdict = redirect_verdict(job, fetched, now)
                 if verdict is not None:
@@ -534,12 +577,45 @@ class Learner:
             kept = []
         try:
             if kept:
+                self._queue_roots([v for v in verdicts if v.category == RESOURCE], now)
                 self.queue.done(kept)
             if retry:
                 self.queue.retry(retry, delay=self.retry_seconds)
         except QueueUnavailable as exc:  # the leases run out: another learner takes the jobs
             self.stats.queue_errors += 1
             self.log(f"queue unavailable while finishing {len(results)} jobs: {exc}")
+
+    def _queue_roots(self, resources: list[Learned], now: float) -> None:
+        """Queue the root page of each resource's host whose site has no page verdict (none
+        on the site's pages in the store), once per site per learner process: the site is
+        then judged by its pages, and its resources follow."""
+        todo: dict[str, str] = {}
+        for verdict in resources:
+            site = learning_domain(verdict.host)
+            root = root_of(verdict.url)
+            if site in self._rooted or site in todo or root is None:
+                continue
+            todo[site] = root
+        if not todo:
+            return
+        try:
+            judged = {
+                learning_domain(v.host)
+                for v in self.store.all()
+                if not v.is_host and v.category not in (RESOURCE, UNCLASSIFIABLE)
+            }
+            sightings = [Sighting(r, None, now) for site, r in todo.items() if site not in judged]
+            if sightings:
+                self.queue.offer(sightings)
+        except LearnError as exc:  # the next resource of the site asks again
+            self.stats.queue_errors += 1
+            self.log(f"cannot queue the root pages of {len(todo)} sites: {exc}")
+            return
+        if len(self._rooted) > 100_000:  # bounded: a site may then be queued once more
+            self._rooted.clear()
+        self._rooted.update(todo)
+        if sightings:
+            self.log(f"queued {len(sightings)} root pages for resources of unjudged sites")
 
     # -- the classify loop -------------------------------------------------------------
 
