@@ -170,8 +170,10 @@ _hash = xxhash.xxh3_64_intdigest
 # The compiled batch lookup and list reader (absent without the extension, or in an
 # older build of it), and the table layout.
 _match = getattr(speedups, "snapshot_match", None)
-# check_many in one call: the lookups and the verdicts (reference: its Python loop).
-_check = getattr(speedups, "snapshot_check", None)
+# check_many in one call, with verdicts holding rule ids, not rules (reference: its
+# Python body). (snapshot_check, verdicts with the rules of the RuleCache, is no longer
+# called by check_many.)
+_verdicts = getattr(speedups, "snapshot_verdicts", None)
 _ACTION_AT = Rule._fields.index("action")
 # Rule objects read from the image (reference: SnapshotMatcher.rule's Python body).
 _rules = getattr(speedups, "snapshot_rules", None)
@@ -1161,6 +1163,11 @@ class SnapshotMatcher:
         return list(self._categories)
 
     @property
+    def aliases(self) -> dict[str, str]:
+        """squidGuard alias category → the category it names, as compiled in the image."""
+        return dict(self._aliases)
+
+    @property
     def rules(self) -> list[Rule]:
         """Every rule held (one per key and category), in the order read."""
         return [self.rule(i) for i in range(len(self))]
@@ -1530,17 +1537,18 @@ class SnapshotMatcher:
     ) -> list[Verdict]:
         """Verdicts in order; an invalid URL raises :class:`InvalidURL`, as in :meth:`check`.
 
-        Compiled: :meth:`_check_compiled`. This method's Python body is its reference: the
-        batch path (:meth:`_ids`), then one pass building the verdicts (a rule object per
-        distinct deciding rule, from the cache).
+        A verdict with a rule holds the rule's id, and this engine to build the rule from
+        when its ``rule`` is read (:meth:`Verdict.deferred`): no rule object is made for a
+        caller that reads the action alone. Compiled: :meth:`_verdicts_compiled`. This
+        method's Python body is its reference: the batch path (:meth:`_ids`), then one pass
+        making the verdicts.
         """
         batch = urls if isinstance(urls, list) else list(urls)
         mask = self.category_mask(categories)
-        if _check is not None:
-            return self._check_compiled(batch, mask)
-        cache = self._rule_cache
-        rule_of = self.rule
-        make = tuple.__new__
+        if _verdicts is not None:
+            return self._verdicts_compiled(batch, mask)
+        action_of = self.action_of
+        deferred = Verdict.deferred
         forms: list[str | None] = [None] * len(batch)
         ids = self._ids(batch, mask, forms)
         out: list[Verdict] = []
@@ -1548,28 +1556,28 @@ class SnapshotMatcher:
         for rule_id, canonical in zip(ids, forms, strict=True):
             if isinstance(rule_id, InvalidURL):
                 raise rule_id
+            assert canonical is not None  # (a form for every valid URL)
             if rule_id < 0:
-                append(make(Verdict, (NONE, None, canonical)))
+                append(Verdict(NONE, None, canonical))
             else:
-                rule = cache.get(rule_id) or rule_of(rule_id)
-                append(make(Verdict, (rule.action, rule, canonical)))
+                append(deferred(action_of(rule_id), rule_id, canonical, self))
         return out
 
-    def _check_compiled(self, batch: list[str | URL], mask: bytes | None) -> list[Verdict]:
-        """check_many in one compiled call, the lookups and the verdicts, which leaves the
-        rules not cached yet and the URLs off the fast path (or not a str) to this method."""
-        assert _check is not None
-        ids, rules = self._rule_cache.table  # (one attribute: the ids and rules of one table)
-        found: tuple[list[Verdict], list[tuple[int, int, str]], list[int]] = _check(
-            self._view, self._layout, batch, mask, ids, rules, Verdict, NONE, _ACTION_AT
+    def action_of(self, rule_id: int) -> str:
+        """The action of a rule (``allow`` or ``block``), from its record's flags alone."""
+        if not 0 <= rule_id < self._header.rules:
+            raise IndexError(f"rule id {rule_id} out of range ({self._header.rules} rules)")
+        flags = self._mm[self._rules_off + rule_id * _RULE.size + _RULE.size - 1]
+        return ALLOW if flags & _F_ALLOW else BLOCK
+
+    def _verdicts_compiled(self, batch: list[str | URL], mask: bytes | None) -> list[Verdict]:
+        """check_many in one compiled call, which leaves the URLs off the fast path (or not a
+        str) to this method."""
+        assert _verdicts is not None
+        found: tuple[list[Verdict], list[int]] = _verdicts(
+            self._view, self._layout, batch, mask, Verdict, NONE, ALLOW, BLOCK, self
         )
-        verdicts, missing, left = found
-        make = tuple.__new__
-        if missing:  # rules not in the cache yet: built once each
-            self._cache_rules([rule_id for _, rule_id, _ in missing])
-            for at, rule_id, canonical in missing:
-                rule = self.rule(rule_id)
-                verdicts[at] = make(Verdict, (rule.action, rule, canonical))
+        verdicts, left = found
         invalid: InvalidURL | None = None
         for at in left:  # off the fast path: parsed here
             url: str | URL = batch[at]
@@ -1581,9 +1589,10 @@ class SnapshotMatcher:
                 invalid = invalid or exc
                 continue
             best = self._best(parts, None, mask)
-            decided = None if best < 0 else self.rule(best)
-            verdicts[at] = make(
-                Verdict, (NONE if decided is None else decided.action, decided, parts.canonical)
+            verdicts[at] = (
+                Verdict(NONE, None, parts.canonical)
+                if best < 0
+                else Verdict.deferred(self.action_of(best), best, parts.canonical, self)
             )
         if invalid is not None:
             raise invalid
