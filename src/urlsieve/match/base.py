@@ -46,9 +46,9 @@ class Verdict:
     (or ``category``, equality, hashing, unpacking) reads it, and kept; a caller that
     reads only ``action``, ``blocked`` or ``canonical`` never builds one. Such a verdict
     keeps its engine alive (read ``rule`` before closing a snapshot file, see
-    :meth:`~urlsieve.match.snapshot.SnapshotMatcher.close`). 48 bytes (plus the
-    collector's 16 while it is tracked; the compiled path does not track them), and an
-    int for a rule id above 256.
+    :meth:`~urlsieve.match.snapshot.SnapshotMatcher.close`). 64 bytes (four slots and the
+    collector's header; the compiled path leaves them untracked), and 32 more for the int
+    of a rule id above 256.
     """
 
     __slots__ = ("_rule", "_rules", "action", "canonical")
