@@ -162,6 +162,8 @@ class PolicyEngine:
         self._categories: dict[int, str] = {}
         self._compiled: _Tables | None = None
         self._image: CompiledImage = matcher.compiled(None)  # what the compiled batch reads
+        #: (plan index, entry, rule) → the block decision, as the compiled batch leaves them
+        self._blocks: dict[tuple[int, int, int], Decision] = {}
         self._minute = -1
         self._now = datetime.fromtimestamp(0)
         for name, acl in policy.acls.items():
@@ -377,8 +379,18 @@ class PolicyEngine:
             return self.decide_many_py(batch, people, at)
         decisions, rest = found
         plans = self._plan_list
+        blocks = self._blocks
         for k, index, outcome, best in rest:  # what the compiled walk leaves
-            decisions[k] = self._leftover(plans[index], batch[k], people[k], outcome, best)
+            key = (index, outcome, best)
+            decision: Decision | InvalidURL | None = blocks.get(key)
+            if decision is None:
+                decision = self._leftover(plans[index], batch[k], people[k], outcome, best)
+                # a block depends on nothing but its plan, entry and rule: kept
+                if outcome >= 0 and isinstance(decision, Decision) and decision.action == BLOCK:
+                    if len(blocks) >= _MAX_CACHE:
+                        blocks.clear()
+                    blocks[key] = decision
+            decisions[k] = decision
         return cast("list[Decision | InvalidURL]", decisions)  # (every None filled above)
 
     def decide_many_py(
