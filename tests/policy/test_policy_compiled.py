@@ -65,6 +65,9 @@ EXTRA_URLS = [
     "javascript:alert(1)",
     "porn.example/x",
     "",
+    "http://google.com/" + "a" * 70_000,  # longer than the fast path takes
+    "http://x.test/" + "/SEARCH?q" * 2_000,  # the needle scan over a long URL
+    "http://x.test/" + "/searc" * 2_000 + "h?",
 ]
 
 
