@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import pickle
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from tests.gateway import rulegen
 from tests.match.test_snapshot_engine import rules_from, url_text
 from tests.needs import missing
 from urlsieve._accel import speedups
-from urlsieve.exceptions import InvalidURL
+from urlsieve.exceptions import InvalidURL, SnapshotError
 from urlsieve.match import Verdict
 from urlsieve.match import snapshot as snapshot_module
 from urlsieve.match.snapshot import SnapshotMatcher
@@ -234,3 +235,22 @@ def test_snapshot_check_takes_the_verdict_class_too() -> None:
     assert (missing_at, left) == ([], [])
     assert type(hit) is Verdict and hit._rule is cache.get(0) and hit.blocked
     assert miss == Verdict("none", None, "http://x.org/") and not gc.is_tracked(hit)
+
+
+def test_a_verdict_reads_its_rule_after_its_filter_is_closed(tmp_path: Path) -> None:
+    """As when verdicts held their rules: a rule read after close comes from the image in
+    memory, or from the file mapped again if it is the same snapshot; a snapshot replaced
+    since is refused, not read for a rule of another image."""
+    rules = [parse_rule("evil.com", BLOCK, "c", "l", 1), parse_rule("bad.org", BLOCK, "d", "l", 2)]
+    path = tmp_path / "r.snap"
+    in_memory = SnapshotMatcher.from_rules(rules)
+    in_memory.save(path)
+    with SnapshotMatcher(path) as matcher:
+        (hit, other) = matcher.check_many(["http://evil.com/", "http://bad.org/"])
+    with in_memory:
+        (kept,) = in_memory.check_many(["http://bad.org/x"])
+    assert hit.rule is not None and hit.rule.category == "c" and hit.rule.line == 1
+    assert kept.rule is not None and kept.rule.pattern == "bad.org"
+    SnapshotMatcher.from_rules(rules[::-1]).save(path)  # replaced (atomically) since
+    with pytest.raises(SnapshotError, match="replaced"):
+        _ = other.rule

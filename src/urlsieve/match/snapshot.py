@@ -1100,6 +1100,7 @@ class SnapshotMatcher:
         )
         self._masks: dict[frozenset[str], bytes] = {}
         self._rule_cache = RuleCache()
+        self._closed = False
         self._names: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         # What the compiled batch path needs to find each section (checked again in C).
         self._layout = (
@@ -1131,7 +1132,9 @@ class SnapshotMatcher:
 
     def close(self) -> None:
         """Unmap the file (views are released first; safe to call twice). An image in
-        memory (:meth:`from_image`) is the caller's: only the views of it are released."""
+        memory (:meth:`from_image`) is the caller's: only the views of it are released.
+        A verdict made before still reads its rule (:meth:`rule` after close)."""
+        self._closed = True
         for name in ("_hosts", "_exprs", "_postings", "_view"):
             view = getattr(self, name, None)
             if view is not None:
@@ -1241,16 +1244,36 @@ class SnapshotMatcher:
         return offset, n_pat, n_host, n_path, n_query, source, line, category, flags
 
     def rule(self, rule_id: int) -> Rule:
-        """The rule with this id, rebuilt from the image (kept in a small per-process cache)."""
+        """The rule with this id, rebuilt from the image (kept in a small per-process cache).
+
+        After :meth:`close` (a verdict's rule read late): from the image in memory, or from
+        the file mapped again for the read, if it is still the same snapshot
+        (:class:`SnapshotError` when it has been replaced since)."""
         cached = self._rule_cache.get(rule_id)
         if cached is not None:
             return cached
+        if self._closed:
+            return self._rule_after_close(rule_id)
         if _rules is not None:
             self._cache_rules([rule_id])
             cached = self._rule_cache.get(rule_id)
             if cached is not None:
                 return cached
         return self._rule_py(rule_id)
+
+    def _rule_after_close(self, rule_id: int) -> Rule:
+        if not (self.path and isinstance(self._mm, mmap.mmap)):  # in memory: still there
+            return self._rule_py(rule_id)
+        with SnapshotMatcher(self.path, verify=False) as again:
+            if again._header.checksum != self._header.checksum:
+                raise SnapshotError(
+                    self.path,
+                    f"closed, and replaced since: rule {rule_id} of the snapshot that was "
+                    "open is gone (read a verdict's rule before closing its filter)",
+                )
+            rule = again.rule(rule_id)
+        self._rule_cache.put(rule_id, rule)
+        return rule
 
     def _cache_rules(self, ids: list[int]) -> None:
         """Put the rules of ``ids`` in the cache, read in one compiled call (those it leaves,
