@@ -3705,9 +3705,31 @@ policy_decide(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyErr_SetString(PyExc_ValueError, "policy_decide: a plan index below 0");
             break;
         }
-        if (p < ps.n_plans && fits[p] < 0) fits[p] = (signed char)plan_fits(&ps, masks.len, p);
-        if (p < ps.n_plans && fits[p]) {
-            plans[k] = p;
+        plans[k] = p;
+    }
+    ps.plans = plans;
+    if (!PyErr_Occurred()) {
+        ps.out = PyList_New(n);
+        ps.rest = PyList_New(0);
+        ps.buf = scratch_take();
+        if ((ps.out == NULL || ps.rest == NULL || ps.buf == NULL) && !PyErr_Occurred())
+            PyErr_NoMemory();
+    }
+    if (PyErr_Occurred()) {
+        PyMem_Free(fits);
+        goto done;
+    }
+    /* No collection from here until the batch is done, and so no Python code (index_of
+       ran above and may have changed the caller's lists): `shared` and `needles` are
+       checked now, and read by the sink as checked. */
+    int collecting = PyGC_Disable();
+    int lists_ok = PyList_GET_SIZE(shared) == ps.n_plans && PyList_GET_SIZE(needles) == ps.n_plans
+                   && masks.len >= stride;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int64_t p = plans[k];
+        if (lists_ok && p < ps.n_plans && fits[p] < 0)
+            fits[p] = (signed char)plan_fits(&ps, masks.len, (Py_ssize_t)p);
+        if (lists_ok && p < ps.n_plans && fits[p]) {
             row_at[k] = ps.table[ps.plan_at[p] + 1];
         } else { /* not in the tables: left to the caller, with its index */
             plans[k] = -p - 1;
@@ -3715,27 +3737,10 @@ policy_decide(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     PyMem_Free(fits);
-    if (PyErr_Occurred()) goto done;
-    ps.plans = plans;
-    ps.out = PyList_New(n);
-    ps.rest = PyList_New(0);
-    ps.buf = scratch_take();
-    if (ps.out == NULL || ps.rest == NULL || ps.buf == NULL) {
-        if (!PyErr_Occurred()) PyErr_NoMemory();
-        goto done;
-    }
-    if (masks.len < stride) { /* no row at all: every request left to the caller */
-        for (Py_ssize_t k = 0; k < n; k++) {
-            if (plans[k] >= 0) plans[k] = -plans[k] - 1;
-        }
-    }
-    mask_rows rows = {.base = masks.buf, .row_at = row_at, .stride = stride};
-    if (masks.len < stride) rows.row_at = NULL; /* (then matched with no mask; all left) */
+    /* (with no row at all, every request is left to the caller: matched with no mask) */
+    mask_rows rows = {.base = masks.buf, .row_at = lists_ok ? row_at : NULL, .stride = stride};
     im.mask = NULL;
     im.mask_len = 0;
-    /* No collection while the sink reads `shared` (the caller's lists, checked above):
-       with none, no Python code runs until the batch is done. */
-    int collecting = PyGC_Disable();
     Py_ssize_t matched = match_batch(&im, refs, &rows, ps.buf, policy_put, &ps);
     if (collecting) PyGC_Enable();
     if (matched >= 0) result = PyTuple_Pack(2, ps.out, ps.rest);

@@ -234,6 +234,19 @@ def test_policy_decide_refuses_misuse(engine: PolicyEngine) -> None:
     args[5] = lambda _who: 1 / 0  # an error in index_of stops the batch
     with pytest.raises(ZeroDivisionError):
         fn(*args)
+    # index_of (Python code) empties the shared decisions mid-call: nothing is read from
+    # them, every request is left to the caller (-2)
+    args = list(good)
+    mutable = list(shared)
+    args[10] = mutable
+
+    def emptying(who: Who) -> int:
+        mutable.clear()
+        return engine._index_of(who)
+
+    args[5] = emptying
+    left, rest = fn(*args)
+    assert left == [None] and [outcome for _k, _p, outcome, _best in rest] == [-2]
     args = list(good)
     args[2] = [b"http://porn.example/"]  # not a str: the engine falls back to Python
     with pytest.raises(TypeError):
