@@ -35,6 +35,8 @@ COMPILED_PATHS: dict[str, str] = {
     "compile_lines": "list reading (compile)",
     "snapshot_match": "rule lookup (match_many)",
     "snapshot_check": "rule lookup (check_many)",
+    "snapshot_verdicts": "verdicts without rules (check_many)",
+    "policy_decide": "policy batches (pass-list walk)",
     "snapshot_rules": "rule records",
     "squid_scan": "Squid request lines",
     "squid_reply": "Squid replies (helper)",

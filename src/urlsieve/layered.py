@@ -30,7 +30,7 @@ from urlsieve.exceptions import InvalidURL
 from urlsieve.filter import Categories, Filter
 from urlsieve.match.base import Explanation, Verdict
 from urlsieve.match.snapshot import CompiledImage
-from urlsieve.rules.model import Rule
+from urlsieve.rules.model import NONE, Rule
 from urlsieve.url import CRAWLER, URL, canonicalize, parse_url
 
 __all__ = ["OVERLAY_IDS", "LayeredFilter", "learned_evidence", "learned_form"]
@@ -192,10 +192,10 @@ class LayeredFilter(Filter):
 
     def check(self, url: str | URL, categories: Categories = None) -> Verdict:
         verdict = self.base.check(url, categories)
-        if verdict.rule is not None or self.overlay is None:
+        if verdict.action != NONE or self.overlay is None:  # (no rule built to know it)
             return verdict
         learned = self.overlay.check(self._form(url))
-        return learned if learned.rule is not None else verdict
+        return learned if learned.action != NONE else verdict
 
     def match(self, url: URL, categories: Categories = None) -> Rule | None:
         rule = self.base.match(url, categories)
@@ -209,11 +209,11 @@ class LayeredFilter(Filter):
         verdicts = self.base.check_many(urls, categories)
         if self.overlay is None:
             return verdicts
-        undecided = [at for at, v in enumerate(verdicts) if v.rule is None]
+        undecided = [at for at, v in enumerate(verdicts) if v.action == NONE]
         if undecided:
             learned = self.overlay.check_many([self._form(urls[at]) for at in undecided])
             for at, verdict in zip(undecided, learned, strict=True):
-                if verdict.rule is not None:
+                if verdict.action != NONE:
                     verdicts[at] = verdict
         return verdicts
 

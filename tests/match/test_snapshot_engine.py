@@ -434,7 +434,7 @@ def _python_check_many(
     import urlsieve.match.snapshot as snapshot_module
 
     with monkeypatch.context() as patched:
-        patched.setattr(snapshot_module, "_check", None)
+        patched.setattr(snapshot_module, "_verdicts", None)
         try:
             return matcher.check_many(urls)
         except (InvalidURL, TypeError) as exc:

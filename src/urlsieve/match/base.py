@@ -2,33 +2,101 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from urlsieve.exceptions import InvalidURL
 from urlsieve.rules.model import ALLOW, BLOCK, NONE, Rule, RuleKey
 from urlsieve.url import URL, parse_url
 
-__all__ = ["Explanation", "Matcher", "ReferenceMatcher", "Verdict", "better", "resolve_rules"]
+__all__ = [
+    "Explanation",
+    "Matcher",
+    "ReferenceMatcher",
+    "RuleTable",
+    "Verdict",
+    "better",
+    "resolve_rules",
+]
 
 
-class Verdict(NamedTuple):
+class RuleTable(Protocol):
+    """Where a verdict that holds a rule id reads its rule (the compiled engine)."""
+
+    def rule(self, rule_id: int) -> Rule:
+        """The rule with this id."""
+        ...
+
+
+_set = object.__setattr__
+
+
+class Verdict:
     """The answer for one URL: ``action`` is ``block``, ``allow`` or ``none`` (no rule matched).
 
     ``rule`` is the deciding rule (pattern, action, category, source, line),
     ``canonical`` the URL as the engine saw it (canonical form for the
-    compiled and reference engines and the tree). A named tuple: cheap to make per request.
+    compiled and reference engines and the tree).
+
+    Immutable, and read as the named tuple ``(action, rule, canonical)`` it used to be:
+    unpacking, indexing, ``len``, equality and hashing with such tuples, ``_asdict``,
+    ``_replace``. A verdict of the compiled batch path holds its rule's *id* and the
+    engine's rule table instead of the rule: the rule is built the first time ``rule``
+    (or ``category``, equality, hashing, unpacking) reads it, and kept; a caller that
+    reads only ``action``, ``blocked`` or ``canonical`` never builds one. Such a verdict
+    keeps its engine alive (read ``rule`` before closing a snapshot file, see
+    :meth:`~urlsieve.match.snapshot.SnapshotMatcher.close`). 64 bytes (four slots and the
+    collector's header; the compiled path leaves them untracked), and 32 more for the int
+    of a rule id above 256.
     """
 
+    __slots__ = ("_rule", "_rules", "action", "canonical")
+    __match_args__ = ("action", "rule", "canonical")
+    _fields = ("action", "rule", "canonical")
+
     action: str
-    rule: Rule | None
     canonical: str
+    _rule: Rule | int | None  # an int: the id, not read from ``_rules`` yet
+    _rules: RuleTable | None
+
+    def __init__(self, action: str, rule: Rule | None, canonical: str) -> None:
+        _set(self, "action", action)
+        _set(self, "_rule", rule)
+        _set(self, "_rules", None)
+        _set(self, "canonical", canonical)
+
+    @staticmethod
+    def of(rule: Rule | None, canonical: str) -> Verdict:
+        return Verdict(NONE if rule is None else rule.action, rule, canonical)
+
+    @classmethod
+    def deferred(cls, action: str, rule_id: int, canonical: str, rules: RuleTable) -> Verdict:
+        """A verdict whose rule, ``rules.rule(rule_id)``, is built when first read (the
+        reference of the compiled ``snapshot_verdicts``)."""
+        if rule_id < 0:
+            raise ValueError(f"a deferred verdict needs a rule id, not {rule_id}")
+        verdict = cls.__new__(cls)
+        _set(verdict, "action", action)
+        _set(verdict, "_rule", rule_id)
+        _set(verdict, "_rules", rules)
+        _set(verdict, "canonical", canonical)
+        return verdict
+
+    @property
+    def rule(self) -> Rule | None:
+        """The deciding rule, ``None`` when no rule matched."""
+        rule = self._rule
+        if type(rule) is int:  # built once, then kept (two threads may both build it)
+            rule = cast("RuleTable", self._rules).rule(rule)
+            _set(self, "_rule", rule)
+        return rule  # type: ignore[return-value]
 
     @property
     def category(self) -> str | None:
         """The deciding rule's category, ``None`` when no rule matched."""
-        return None if self.rule is None else self.rule.category
+        rule = self.rule
+        return None if rule is None else rule.category
 
     @property
     def blocked(self) -> bool:
@@ -39,9 +107,52 @@ class Verdict(NamedTuple):
         """True unless blocked (an allow rule matched, or nothing did)."""
         return self.action != BLOCK
 
-    @staticmethod
-    def of(rule: Rule | None, canonical: str) -> Verdict:
-        return Verdict(NONE if rule is None else rule.action, rule, canonical)
+    # -- the named tuple it was -------------------------------------------------------
+
+    def _tuple(self) -> tuple[str, Rule | None, str]:
+        return (self.action, self.rule, self.canonical)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._tuple())
+
+    def __len__(self) -> int:
+        return 3
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._tuple()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Verdict):
+            return self._tuple() == other._tuple()
+        if isinstance(other, tuple):
+            return self._tuple() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._tuple())
+
+    def __repr__(self) -> str:
+        return f"Verdict(action={self.action!r}, rule={self.rule!r}, canonical={self.canonical!r})"
+
+    def __reduce__(self) -> tuple[type[Verdict], tuple[str, Rule | None, str]]:
+        return (Verdict, self._tuple())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a Verdict is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a Verdict is immutable: cannot delete {name!r}")
+
+    def _asdict(self) -> dict[str, Any]:
+        return dict(zip(self._fields, self._tuple(), strict=True))
+
+    def _replace(self, **changes: Any) -> Verdict:
+        fields = {**self._asdict(), **changes}
+        if len(fields) != len(self._fields):
+            raise ValueError(
+                f"got unexpected field names: {sorted(set(changes) - set(self._fields))}"
+            )
+        return Verdict(fields["action"], fields["rule"], fields["canonical"])
 
 
 @dataclass(frozen=True)

@@ -172,8 +172,10 @@ _hash = xxhash.xxh3_64_intdigest
 # The compiled batch lookup and list reader (absent without the extension, or in an
 # older build of it), and the table layout.
 _match = getattr(speedups, "snapshot_match", None)
-# check_many in one call: the lookups and the verdicts (reference: its Python loop).
-_check = getattr(speedups, "snapshot_check", None)
+# check_many in one call, with verdicts holding rule ids, not rules (reference: its
+# Python body). (snapshot_check, verdicts with the rules of the RuleCache, is no longer
+# called by check_many.)
+_verdicts = getattr(speedups, "snapshot_verdicts", None)
 _ACTION_AT = Rule._fields.index("action")
 # Rule objects read from the image (reference: SnapshotMatcher.rule's Python body).
 _rules = getattr(speedups, "snapshot_rules", None)
@@ -1088,6 +1090,7 @@ class SnapshotMatcher:
         )
         self._masks: dict[frozenset[str], bytes] = {}
         self._rule_cache = RuleCache()
+        self._closed = False
         self._names: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         # What the compiled batch path needs to find each section (checked again in C).
         self._layout = (
@@ -1119,7 +1122,9 @@ class SnapshotMatcher:
 
     def close(self) -> None:
         """Unmap the file (views are released first; safe to call twice). An image in
-        memory (:meth:`from_image`) is the caller's: only the views of it are released."""
+        memory (:meth:`from_image`) is the caller's: only the views of it are released.
+        A verdict made before still reads its rule (:meth:`rule` after close)."""
+        self._closed = True
         for name in ("_hosts", "_exprs", "_postings", "_view"):
             view = getattr(self, name, None)
             if view is not None:
@@ -1149,6 +1154,11 @@ class SnapshotMatcher:
     def categories(self) -> list[str]:
         """The categories of the rules held, in the order first read."""
         return list(self._categories)
+
+    @property
+    def aliases(self) -> dict[str, str]:
+        """squidGuard alias category → the category it names, as compiled in the image."""
+        return dict(self._aliases)
 
     @property
     def rules(self) -> list[Rule]:
@@ -1224,16 +1234,36 @@ class SnapshotMatcher:
         return offset, n_pat, n_host, n_path, n_query, source, line, category, flags
 
     def rule(self, rule_id: int) -> Rule:
-        """The rule with this id, rebuilt from the image (kept in a small per-process cache)."""
+        """The rule with this id, rebuilt from the image (kept in a small per-process cache).
+
+        After :meth:`close` (a verdict's rule read late): from the image in memory, or from
+        the file mapped again for the read, if it is still the same snapshot
+        (:class:`SnapshotError` when it has been replaced since)."""
         cached = self._rule_cache.get(rule_id)
         if cached is not None:
             return cached
+        if self._closed:
+            return self._rule_after_close(rule_id)
         if _rules is not None:
             self._cache_rules([rule_id])
             cached = self._rule_cache.get(rule_id)
             if cached is not None:
                 return cached
         return self._rule_py(rule_id)
+
+    def _rule_after_close(self, rule_id: int) -> Rule:
+        if not (self.path and isinstance(self._mm, mmap.mmap)):  # in memory: still there
+            return self._rule_py(rule_id)
+        with SnapshotMatcher(self.path, verify=False) as again:
+            if again._header.checksum != self._header.checksum:
+                raise SnapshotError(
+                    self.path,
+                    f"closed, and replaced since: rule {rule_id} of the snapshot that was "
+                    "open is gone (read a verdict's rule before closing its filter)",
+                )
+            rule = again.rule(rule_id)
+        self._rule_cache.put(rule_id, rule)
+        return rule
 
     def _cache_rules(self, ids: list[int]) -> None:
         """Put the rules of ``ids`` in the cache, read in one compiled call (those it leaves,
@@ -1520,17 +1550,18 @@ class SnapshotMatcher:
     ) -> list[Verdict]:
         """Verdicts in order; an invalid URL raises :class:`InvalidURL`, as in :meth:`check`.
 
-        Compiled: :meth:`_check_compiled`. This method's Python body is its reference: the
-        batch path (:meth:`_ids`), then one pass building the verdicts (a rule object per
-        distinct deciding rule, from the cache).
+        A verdict with a rule holds the rule's id, and this engine to build the rule from
+        when its ``rule`` is read (:meth:`Verdict.deferred`): no rule object is made for a
+        caller that reads the action alone. Compiled: :meth:`_verdicts_compiled`. This
+        method's Python body is its reference: the batch path (:meth:`_ids`), then one pass
+        making the verdicts.
         """
         batch = urls if isinstance(urls, list) else list(urls)
         mask = self.category_mask(categories)
-        if _check is not None:
-            return self._check_compiled(batch, mask)
-        cache = self._rule_cache
-        rule_of = self.rule
-        make = tuple.__new__
+        if _verdicts is not None:
+            return self._verdicts_compiled(batch, mask)
+        action_of = self.action_of
+        deferred = Verdict.deferred
         forms: list[str | None] = [None] * len(batch)
         ids = self._ids(batch, mask, forms)
         out: list[Verdict] = []
@@ -1538,28 +1569,28 @@ class SnapshotMatcher:
         for rule_id, canonical in zip(ids, forms, strict=True):
             if isinstance(rule_id, InvalidURL):
                 raise rule_id
+            assert canonical is not None  # (a form for every valid URL)
             if rule_id < 0:
-                append(make(Verdict, (NONE, None, canonical)))
+                append(Verdict(NONE, None, canonical))
             else:
-                rule = cache.get(rule_id) or rule_of(rule_id)
-                append(make(Verdict, (rule.action, rule, canonical)))
+                append(deferred(action_of(rule_id), rule_id, canonical, self))
         return out
 
-    def _check_compiled(self, batch: list[str | URL], mask: bytes | None) -> list[Verdict]:
-        """check_many in one compiled call, the lookups and the verdicts, which leaves the
-        rules not cached yet and the URLs off the fast path (or not a str) to this method."""
-        assert _check is not None
-        ids, rules = self._rule_cache.table  # (one attribute: the ids and rules of one table)
-        found: tuple[list[Verdict], list[tuple[int, int, str]], list[int]] = _check(
-            self._view, self._layout, batch, mask, ids, rules, Verdict, NONE, _ACTION_AT
+    def action_of(self, rule_id: int) -> str:
+        """The action of a rule (``allow`` or ``block``), from its record's flags alone."""
+        if not 0 <= rule_id < self._header.rules:
+            raise IndexError(f"rule id {rule_id} out of range ({self._header.rules} rules)")
+        flags = self._mm[self._rules_off + rule_id * _RULE.size + _RULE.size - 1]
+        return ALLOW if flags & _F_ALLOW else BLOCK
+
+    def _verdicts_compiled(self, batch: list[str | URL], mask: bytes | None) -> list[Verdict]:
+        """check_many in one compiled call, which leaves the URLs off the fast path (or not a
+        str) to this method."""
+        assert _verdicts is not None
+        found: tuple[list[Verdict], list[int]] = _verdicts(
+            self._view, self._layout, batch, mask, Verdict, NONE, ALLOW, BLOCK, self
         )
-        verdicts, missing, left = found
-        make = tuple.__new__
-        if missing:  # rules not in the cache yet: built once each
-            self._cache_rules([rule_id for _, rule_id, _ in missing])
-            for at, rule_id, canonical in missing:
-                rule = self.rule(rule_id)
-                verdicts[at] = make(Verdict, (rule.action, rule, canonical))
+        verdicts, left = found
         invalid: InvalidURL | None = None
         for at in left:  # off the fast path: parsed here
             url: str | URL = batch[at]
@@ -1571,9 +1602,10 @@ class SnapshotMatcher:
                 invalid = invalid or exc
                 continue
             best = self._best(parts, None, mask)
-            decided = None if best < 0 else self.rule(best)
-            verdicts[at] = make(
-                Verdict, (NONE if decided is None else decided.action, decided, parts.canonical)
+            verdicts[at] = (
+                Verdict(NONE, None, parts.canonical)
+                if best < 0
+                else Verdict.deferred(self.action_of(best), best, parts.canonical, self)
             )
         if invalid is not None:
             raise invalid

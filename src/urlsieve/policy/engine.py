@@ -11,6 +11,15 @@ checked only in front of the entry found.
 
 Who asks and when is resolved once per (client, client name, user, minute) and
 cached: a request costs a dictionary lookup for its pass list, then the URL lookup.
+
+Compiled (``policy_decide`` in ``urlsieve._speedups``), a batch is one call: per request
+the pass list's row of the cache, the lookup, the walk down the pass list (a second
+lookup restricted to the entries before the one found, the ``all``, ``none`` and
+``in-addr`` entries in front of it) and, for the usual outcomes, the decision itself,
+shared by every request with that outcome (:meth:`PolicyEngine._tables` lays the pass
+lists out for it). What it leaves (a rule-backed block, a rewrite, a warning, an
+expression list in front of the entry found, a URL off the canonical fast path) is
+finished here. :meth:`PolicyEngine.decide_many_py` is its reference, request by request.
 """
 
 from __future__ import annotations
@@ -19,15 +28,17 @@ import contextlib
 import ipaddress
 import re
 import time as _time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
-from typing import NamedTuple
+from typing import NamedTuple, cast
 from zoneinfo import ZoneInfo
 
+from urlsieve._accel import speedups
 from urlsieve.exceptions import ConfigError, InvalidURL, StoreUnavailable
 from urlsieve.filter import Filter
-from urlsieve.match.snapshot import SnapshotMatcher
+from urlsieve.match.snapshot import CompiledImage, SnapshotMatcher
 from urlsieve.policy.clients import normalise_user
 from urlsieve.policy.expressions import ExpressionSet
 from urlsieve.policy.model import ALL, IN_ADDR, NONE, Acl, Branch, Policy, Source
@@ -39,6 +50,14 @@ __all__ = ["BLOCK", "PASS", "REWRITE", "WARN", "Decision", "PolicyEngine", "Who"
 
 PASS, BLOCK, REWRITE, WARN = "pass", "block", "rewrite", "warn"
 _MAX_CACHE = 1 << 16
+#: The compiled batch (absent without the extension, or in an older build of it).
+_policy_decide = getattr(speedups, "policy_decide", None)
+# The checks of a pass list as the compiled walk reads them.
+_CHECK_KINDS = {ALL: 0, NONE: 1, IN_ADDR: 2}
+_CHECK_EXPR = 3
+# What the compiled walk leaves for Python (its "found": the entry that decides, or these).
+_OFF_FAST_PATH = -2  # the URL is parsed and decided by the reference
+_EXPRESSIONS = -3  # an expression list is in front of the entry found (best: the lookup's id)
 
 
 class Who(NamedTuple):
@@ -73,6 +92,11 @@ class Decision:
 #: A request without client fields.
 NOBODY = Who()
 
+#: What the compiled batch reads (PolicyEngine._tables): table, plan_at, shared, needles.
+_Tables = tuple[
+    "array[int]", "array[int]", list[list["Decision | None"]], list[tuple[bytes, ...] | None]
+]
+
 
 @dataclass
 class _Plan:
@@ -92,6 +116,10 @@ class _Plan:
     passes: list[Decision] = field(default_factory=list)  # index → its plain pass decision
     #: The pass list checks in-addr or warns: its URLs' canonical forms are needed.
     needs_form: bool = False
+    index: int = -1  # in PolicyEngine._plan_list: what the compiled batch knows it by
+    #: found → the decision every request with no rule and that outcome shares (found =
+    #: size: nothing in the pass list matched); None where it depends on the request
+    shared: list[Decision | None] = field(default_factory=list)
 
 
 class PolicyEngine:
@@ -114,7 +142,7 @@ class PolicyEngine:
         self.rules = rules
         self._matcher = matcher
         # The snapshot's own aliases: the ones its category masks and provenance use.
-        self._aliases: dict[str, str] = {**rules.aliases, **matcher._aliases}
+        self._aliases: dict[str, str] = {**rules.aliases, **matcher.aliases}
         self.expressions = expressions or ExpressionSet({})
         self.rewrites = RewriteSet(policy.rewrites)
         self.clock = clock
@@ -125,12 +153,17 @@ class PolicyEngine:
         self.grant_errors = 0
         self._zone: tzinfo | None = ZoneInfo(policy.timezone) if policy.timezone else None
         self._plans: dict[tuple[int, str, str], _Plan] = {}
-        self._who: dict[Who, _Plan] = {}
+        self._plan_list: list[_Plan] = []
+        self._who: dict[Who, int] = {}  # → the index of its plan
         self._renamed: dict[tuple[int, str], _Plan] = {}
         self._no_category = bytes(len(matcher.categories))
         self._rows: dict[bytes, int] = {}
         self._masks = b""
         self._categories: dict[int, str] = {}
+        self._compiled: _Tables | None = None
+        self._image: CompiledImage = matcher.compiled(None)  # what the compiled batch reads
+        #: (plan index, entry, rule) → the block decision, as the compiled batch leaves them
+        self._blocks: dict[tuple[int, int, int], Decision] = {}
         self._minute = -1
         self._now = datetime.fromtimestamp(0)
         for name, acl in policy.acls.items():
@@ -179,12 +212,41 @@ class PolicyEngine:
         return None
 
     def _plan_of(self, who: Who) -> _Plan:
-        plan = self._who.get(who)
-        if plan is None:
+        return self._plan_list[self._index_of(who)]
+
+    def _index_of(self, who: Who) -> int:
+        """The index of ``who``'s plan at the current minute (the compiled batch calls this
+        for a client it does not find in ``_who``)."""
+        index = self._who.get(who)
+        if index is None:
             if len(self._who) >= _MAX_CACHE:
                 self._who.clear()
-            plan = self._who[who] = self._resolve(who, self._now)
+            index = self._who[who] = self._resolve(who, self._now).index
+        return index
+
+    def _register(self, plan: _Plan) -> _Plan:
+        """Give a new plan its index and shared decisions (the compiled tables are laid out
+        again at the next batch)."""
+        plan.passes = _pass_decisions(plan)
+        plan.shared = self._shared_decisions(plan)
+        plan.index = len(self._plan_list)
+        self._plan_list.append(plan)
+        self._compiled = None
         return plan
+
+    def _shared_decisions(self, plan: _Plan) -> list[Decision | None]:
+        """found → the decision of a request with no rule (best -1) and that outcome, when
+        it depends on nothing else (no warning to grant; under a rewrite, a URL the rewrite
+        cannot change: see ``needles`` in :meth:`_tables`)."""
+        out: list[Decision | None] = [
+            None if e.warn else plan.passes[at] for at, e in enumerate(plan.branch.passes)
+        ]
+        out.append(plan.passes[plan.size])
+        for at, entry in enumerate(plan.branch.passes):
+            allow = entry.allow if entry.name != NONE else not entry.allow  # none: !all
+            if not allow and not entry.warn:
+                out[at] = self._block(plan, entry.name, -1)
+        return out
 
     def _resolve(self, who: Who, now: datetime) -> _Plan:
         source = self.source_of(who, now)
@@ -204,8 +266,7 @@ class PolicyEngine:
             plan = self._renamed.get((id(plan), name))  # type: ignore[assignment]
             if plan is None:
                 base = self._plan_for(acl.source, acl, branch, key)
-                plan = _Plan(**{**base.__dict__, "source": name})
-                plan.passes = _pass_decisions(plan)
+                plan = self._register(_Plan(**{**base.__dict__, "source": name}))
                 self._renamed[(id(base), name)] = plan
         return plan
 
@@ -254,12 +315,11 @@ class PolicyEngine:
             checks,
             len(branch.passes),
         )
-        plan.passes = _pass_decisions(plan)
         plan.row = self._add_row(plan.mask)
         plan.needs_form = any(kind == IN_ADDR for _at, kind in checks) or any(
             entry.warn for entry in branch.passes
         )
-        self._plans[cache_key] = plan
+        self._plans[cache_key] = self._register(plan)
         return plan
 
     def _add_row(self, mask: bytes | None) -> int:
@@ -289,6 +349,55 @@ class PolicyEngine:
         """Decisions for a batch, in one compiled lookup whatever the pass lists (each URL
         with its client's categories); a URL that cannot be canonicalised gives its
         :class:`InvalidURL`, the rest go on."""
+        if _policy_decide is None:
+            return self.decide_many_py(urls, whos, at)
+        self._tick(at)
+        batch = urls if type(urls) is list else list(urls)
+        people = whos if type(whos) is list else list(whos)
+        if len(batch) != len(people):
+            raise ValueError(f"{len(batch)} URLs but {len(people)} clients")
+        table, plan_at, shared, needles = self._tables()
+        image = self._image
+        try:
+            found: tuple[list[Decision | InvalidURL | None], list[tuple[int, int, int, int]]] = (
+                _policy_decide(
+                    image.view,
+                    image.layout,
+                    batch,
+                    people,
+                    self._who,
+                    self._index_of,
+                    table,
+                    plan_at,
+                    self._masks,
+                    len(self._no_category),
+                    shared,
+                    needles,
+                )
+            )
+        except TypeError:  # a URL that is not a str: the reference parses each
+            return self.decide_many_py(batch, people, at)
+        decisions, rest = found
+        plans = self._plan_list
+        blocks = self._blocks
+        for k, index, outcome, best in rest:  # what the compiled walk leaves
+            key = (index, outcome, best)
+            decision: Decision | InvalidURL | None = blocks.get(key)
+            if decision is None:
+                decision = self._leftover(plans[index], batch[k], people[k], outcome, best)
+                # a block depends on nothing but its plan, entry and rule: kept
+                if outcome >= 0 and isinstance(decision, Decision) and decision.action == BLOCK:
+                    if len(blocks) >= _MAX_CACHE:
+                        blocks.clear()
+                    blocks[key] = decision
+            decisions[k] = decision
+        return cast("list[Decision | InvalidURL]", decisions)  # (every None filled above)
+
+    def decide_many_py(
+        self, urls: Sequence[str], whos: Sequence[Who], at: float | None = None
+    ) -> list[Decision | InvalidURL]:
+        """:meth:`decide_many` request by request in Python: the reference of the compiled
+        batch (the lookups are the matcher's batch path, with a mask per request)."""
         self._tick(at)
         plan_of = self._plan_of
         plans = [plan_of(who) for who in whos]
@@ -303,6 +412,65 @@ class PolicyEngine:
             rule_id if isinstance(rule_id, InvalidURL) else finish(plan, url, rule_id, form, who)
             for plan, url, rule_id, form, who in zip(plans, urls, ids, forms, whos, strict=True)
         ]
+
+    def _leftover(
+        self, plan: _Plan, url: str, who: Who, outcome: int, best: int
+    ) -> Decision | InvalidURL:
+        """A request the compiled batch left: decided from its walk (``outcome`` the entry
+        found, ``best`` its rule), or by the reference from the start."""
+        if outcome >= 0:
+            return self._decision(plan, url, outcome, best, who, form=None)
+        if outcome == _EXPRESSIONS:  # best: the lookup's rule; the walk is the reference's
+            return self._finish(plan, url, best, self._form(url) if plan.needs_form else None, who)
+        forms: list[str | None] = [None]
+        rule_id = self._matcher.ids_by_rows([url], self._masks, [plan.row], forms)[0]
+        if isinstance(rule_id, InvalidURL):
+            return rule_id
+        return self._finish(plan, url, rule_id, forms[0], who)
+
+    @staticmethod
+    def _form(url: str) -> str | None:
+        try:
+            return parse_url(url).canonical
+        except InvalidURL:
+            return None
+
+    def _tables(self) -> _Tables:
+        """The pass lists as the compiled batch reads them: per plan (``plan_at[index]``
+        where its block starts in ``table``, int64s) its size, its mask row's offset, the
+        category count, the count of checks; per category id its first pass-list index
+        (size: none); per pass-list index the offset of the mask of the rule-backed entries
+        before it (-1: none); per check its index and kind (all, none, in-addr, an
+        expression list). ``shared``: each plan's shared decisions; ``needles``: per plan,
+        None without a rewrite, else the strings one of which a URL its rewrite changes holds
+        (:meth:`RewriteSet.needles`; empty: any URL may be changed), so that a URL holding
+        none takes the shared decision."""
+        compiled = self._compiled
+        if compiled is not None:
+            return compiled
+        stride = len(self._no_category)
+        ids = {name: at for at, name in enumerate(self._matcher.categories)}
+        table: array[int] = array("q")
+        plan_at: array[int] = array("q")
+        shared: list[list[Decision | None]] = []
+        needles: list[tuple[bytes, ...] | None] = []
+        for plan in list(self._plan_list):
+            positions = [plan.size] * stride
+            for name, at in plan.position.items():
+                if name in ids:
+                    positions[ids[name]] = at
+            before = [-1 if m is None else self._add_row(m) * stride for m in plan.masks_before]
+            checks: list[int] = []
+            for at, kind in plan.checks:
+                checks += (at, _CHECK_KINDS.get(kind, _CHECK_EXPR))
+            plan_at.append(len(table))
+            table.extend([plan.size, plan.row * stride, stride, len(plan.checks)])
+            table.extend(positions + before + checks)
+            shared.append(plan.shared)
+            rewrite = plan.branch.rewrite
+            needles.append(None if rewrite is None else self.rewrites.needles(rewrite))
+        compiled = self._compiled = (table, plan_at, shared, needles)
+        return compiled
 
     def _granted(self, who: Who, form: str | None) -> bool:
         """Whether ``who`` continued past the warning for the site: a grant to its user or
@@ -343,7 +511,8 @@ class PolicyEngine:
         self, plan: _Plan, url: str, rule_id: int, form: str | None, who: Who = NOBODY
     ) -> Decision:
         """The pass-list entry that decides, from the best rule found among all its
-        destinations (``rule_id``, -1: none); ``form`` is the URL's canonical form."""
+        destinations (``rule_id``, -1: none); ``form`` is the URL's canonical form. The
+        reference of the compiled walk (``policy_decide``)."""
         found = plan.size
         best = -1
         while rule_id >= 0:
@@ -354,7 +523,8 @@ class PolicyEngine:
             mask = plan.masks_before[at]
             if mask is None:
                 break
-            rule_id = self._matcher._ids([url], mask, None)[0]  # type: ignore[assignment]
+            again = self._matcher.ids_by_rows([url], mask, [0])[0]
+            rule_id = again if isinstance(again, int) else -1
         for at, kind in plan.checks:
             if at >= found:
                 break
@@ -365,12 +535,19 @@ class PolicyEngine:
             ):
                 found, best = at, -1
                 break
+        return self._decision(plan, url, found, best, who, form=form)
+
+    def _decision(
+        self, plan: _Plan, url: str, found: int, best: int, who: Who, *, form: str | None
+    ) -> Decision:
+        """The decision of the pass-list entry ``found`` (``plan.size``: none) with rule
+        ``best`` (-1: none) for a request."""
         if found >= plan.size:  # nothing in the pass list matched: it passes (squidGuard)
-            return self._pass(plan, url, None, best)
+            return self._pass(plan, url, None, best, plan.size)
         entry = plan.branch.passes[found]
         if entry.warn:
-            if self._granted(who, form):
-                return self._pass(plan, url, entry.name, best)
+            if self._granted(who, form if form is not None else self._form(url)):
+                return self._pass(plan, url, entry.name, best, found)
             page = self.policy.warn_page
             return Decision(WARN, plan.source, plan.acl, entry.name, page, None, best, plan.within)
         allow = entry.allow if entry.name != NONE else not entry.allow  # none: !all
@@ -378,14 +555,16 @@ class PolicyEngine:
             return self._block(plan, entry.name, best)
         if best < 0 and plan.branch.rewrite is None:  # the usual pass: one shared decision
             return plan.passes[found]
-        return self._pass(plan, url, entry.name, best)
+        return self._pass(plan, url, entry.name, best, found)
 
     def _block(self, plan: _Plan, category: str | None, rule_id: int) -> Decision:
         dest = self.policy.dests.get(category) if category else None
         target = dest.redirect if dest is not None and dest.redirect else plan.redirect
         return Decision(BLOCK, plan.source, plan.acl, category, target, None, rule_id, plan.within)
 
-    def _pass(self, plan: _Plan, url: str, category: str | None, rule_id: int) -> Decision:
+    def _pass(
+        self, plan: _Plan, url: str, category: str | None, rule_id: int, found: int
+    ) -> Decision:
         rewrite = plan.branch.rewrite
         if rewrite is not None:
             changed = self.rewrites.apply(rewrite, url)
@@ -394,6 +573,8 @@ class PolicyEngine:
                 return Decision(
                     REWRITE, plan.source, plan.acl, category, new_url, status, rule_id, plan.within
                 )
+        if rule_id < 0:  # the pass decision of that entry (found = size: of none), shared
+            return plan.passes[found]
         return Decision(PASS, plan.source, plan.acl, category, None, None, rule_id, plan.within)
 
 
@@ -429,9 +610,14 @@ def identities(who: Who) -> list[str]:
 
 
 def _pass_decisions(plan: _Plan) -> list[Decision]:
+    """Per pass-list entry its plain pass decision, then (at ``plan.size``) the pass of a
+    request that no entry matched."""
     return [
-        Decision(PASS, plan.source, plan.acl, entry.name, None, None, -1, plan.within)
-        for entry in plan.branch.passes
+        *(
+            Decision(PASS, plan.source, plan.acl, entry.name, None, None, -1, plan.within)
+            for entry in plan.branch.passes
+        ),
+        Decision(PASS, plan.source, plan.acl, None, None, None, -1, plan.within),
     ]
 
 

@@ -14,6 +14,7 @@ a ``g`` substitution makes at most :data:`MAX_REPLACEMENTS` replacements in one 
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -21,7 +22,14 @@ from typing import Any
 from urlsieve.policy.expressions import _options, _re2, check_expression, search_spans
 from urlsieve.policy.model import Rewrite, Substitution
 
-__all__ = ["MAX_REPLACEMENTS", "SAFE_SEARCH", "RewriteSet", "parse_substitution", "safe_search"]
+__all__ = [
+    "MAX_REPLACEMENTS",
+    "SAFE_SEARCH",
+    "RewriteSet",
+    "parse_substitution",
+    "required_literal",
+    "safe_search",
+]
 
 #: Replacements a ``g`` substitution makes in one URL at most (each costs a search of the
 #: rest of the URL: the cap keeps a hostile URL's rewrite linear in its length).
@@ -85,11 +93,64 @@ def parse_substitution(text: str) -> Substitution:
     return Substitution(pattern, replacement, ignore_case, redirect, every="g" in flags)
 
 
+# Python's own regular-expression parser (no stubs: read as Any).
+_sre: Any = importlib.import_module("re._constants")
+_sre_parse: Any = importlib.import_module("re._parser")
+
+#: A required literal is cut to this many bytes (any part of it is required too): the
+#: compiled prefilter's search stays linear in the URL.
+MAX_NEEDLE = 32
+
+
+def required_literal(pattern: str) -> bytes | None:
+    """A lower-case ASCII string that every text ``pattern`` matches holds, compared
+    ignoring case (the longest run of literal characters the match cannot skip, at most
+    :data:`MAX_NEEDLE` bytes), or None when there is none or the pattern is not read
+    here. What it tells: a URL without it (in any case) is not rewritten, so the compiled
+    policy batch (``policy_decide``) skips the RE2 search for such URLs.
+
+    Read with Python's own regular-expression parser, conservatively: only literals in
+    sequence at the top, in groups and in repeats of at least one count; alternatives,
+    classes, optional parts and anything that parser reads otherwise than RE2 would
+    (its errors) give nothing."""
+    try:
+        parsed = _sre_parse.parse(pattern)
+    except (re.error, RecursionError, OverflowError, ValueError):
+        return None
+    best = ""
+
+    def walk(items: Any) -> None:
+        nonlocal best
+        run: list[str] = []
+
+        def flush() -> None:
+            nonlocal best
+            text = "".join(run)
+            if len(text) > len(best):
+                best = text
+            run.clear()
+
+        for op, av in items:
+            if op is _sre.LITERAL and av < 128:
+                run.append(chr(av).lower())
+                continue
+            flush()
+            if op is _sre.SUBPATTERN:
+                walk(av[-1])
+            elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT) and av[0] >= 1:
+                walk(av[2])
+        flush()
+
+    walk(parsed)
+    return best[:MAX_NEEDLE].encode("ascii") if best else None
+
+
 class RewriteSet:
     """Compiled rewrites by name."""
 
     def __init__(self, rewrites: Mapping[str, Rewrite]) -> None:
         self._compiled: dict[str, list[tuple[Any, list[str | int], int | None, bool]]] = {}
+        self._needles: dict[str, tuple[bytes, ...]] = {}
         if not rewrites:
             return
         re2 = _re2()
@@ -101,6 +162,16 @@ class RewriteSet:
                 pattern = re2.compile(sub.pattern, options)
                 compiled.append((pattern, _replacement(sub.replacement), sub.redirect, sub.every))
             self._compiled[name] = compiled
+            needles = [required_literal(sub.pattern) for sub in rewrite.substitutions]
+            self._needles[name] = tuple(n for n in needles if n is not None)
+            if None in needles:  # a substitution without one: any URL may be rewritten
+                self._needles[name] = ()
+
+    def needles(self, name: str) -> tuple[bytes, ...]:
+        """Strings one of which (ignoring case) a URL the rewrite ``name`` changes holds
+        (:func:`required_literal` of each substitution); empty when some substitution has
+        none (then no URL can be passed over without trying the rewrite)."""
+        return self._needles.get(name, ())
 
     def apply(self, name: str, url: str) -> tuple[str, int | None] | None:
         """The rewritten URL and its redirect status (None: rewrite in place), or None when
