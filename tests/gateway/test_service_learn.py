@@ -25,7 +25,7 @@ from urlsieve import Filter
 from urlsieve.cli import main
 from urlsieve.cli.serve import learn_admin
 from urlsieve.gateway.config import GatewayConfig, load_config
-from urlsieve.gateway.learning import LearnAdmin
+from urlsieve.gateway.learning import LearnReview
 from urlsieve.gateway.service import MAX_LEARN_PAGE, create_app
 from urlsieve.learn.overlay import build_overlay
 from urlsieve.learn.verdicts import Learned, VerdictStore, rule_key
@@ -63,7 +63,7 @@ def logged() -> tuple[list[str], Any]:
     return lines, lines.append
 
 
-def app_for(conf: Path) -> tuple[GatewayConfig, LearnAdmin]:
+def app_for(conf: Path) -> tuple[GatewayConfig, LearnReview]:
     config = load_config(str(conf), env={})
     admin = learn_admin(config, logged()[1])
     assert admin is not None
@@ -71,7 +71,7 @@ def app_for(conf: Path) -> tuple[GatewayConfig, LearnAdmin]:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[TestClient, LearnAdmin, Path]]:
+def served(tmp_path: Path) -> Iterator[tuple[TestClient, LearnReview, Path]]:
     conf = write_config(tmp_path)
     config, admin = app_for(conf)
     try:
@@ -82,7 +82,7 @@ def served(tmp_path: Path) -> Iterator[tuple[TestClient, LearnAdmin, Path]]:
 
 
 @pytest.fixture
-def client(served: tuple[TestClient, LearnAdmin, Path]) -> TestClient:
+def client(served: tuple[TestClient, LearnReview, Path]) -> TestClient:
     return served[0]
 
 
@@ -122,7 +122,7 @@ def test_every_learn_endpoint_needs_the_token(
 
 
 def test_an_unauthorised_write_changes_nothing(
-    served: tuple[TestClient, LearnAdmin, Path],
+    served: tuple[TestClient, LearnReview, Path],
 ) -> None:
     client, admin, _conf = served
     r = client.post(
@@ -216,7 +216,7 @@ def test_block_a_whole_host_with_the_default_category(client: TestClient) -> Non
     assert check(client, "http://www.whole.test/any/page") == ("block", "blocked")
 
 
-def test_allow_overrides_a_learned_block(served: tuple[TestClient, LearnAdmin, Path]) -> None:
+def test_allow_overrides_a_learned_block(served: tuple[TestClient, LearnReview, Path]) -> None:
     client, _admin, conf = served
     state = conf.parent / "state"
     with VerdictStore(state / "verdicts.db") as store:  # what the learner wrote
@@ -305,7 +305,7 @@ def test_an_override_survives_relearning_and_the_reloader_picks_up_the_overlay(
 
 
 def test_show_a_verdict_its_host_and_nothing(
-    served: tuple[TestClient, LearnAdmin, Path],
+    served: tuple[TestClient, LearnReview, Path],
 ) -> None:
     client, _admin, conf = served
     with VerdictStore(conf.parent / "state" / "verdicts.db") as store:
@@ -441,7 +441,7 @@ def test_list_refuses_bad_parameters(client: TestClient, query: str) -> None:
     ],
 )
 def test_bad_bodies_say_what_is_wrong(
-    served: tuple[TestClient, LearnAdmin, Path], case: tuple[str, bytes, int, str, str]
+    served: tuple[TestClient, LearnReview, Path], case: tuple[str, bytes, int, str, str]
 ) -> None:
     path, body, status, error, says = case
     client, admin, _conf = served

@@ -19,7 +19,7 @@ from urlsieve.exceptions import ConfigError
 from urlsieve.gateway import HelperMode, HelperSettings, LiveRules, SquidHelper
 from urlsieve.gateway.config import GatewayConfig, load_config
 from urlsieve.gateway.ruleset import LayeredLoader, filter_loader, rules_watch
-from urlsieve.gateway.unknown import UNKNOWN_CATEGORY, Sighting, UnknownFeed
+from urlsieve.gateway.unknown import UNKNOWN_CATEGORY, SightingRow, UnknownFeed
 from urlsieve.layered import OVERLAY_IDS, LayeredFilter
 
 BLOCK_PAGE = "http://block.lan/?url=%u&cat=%c"
@@ -27,11 +27,11 @@ BLOCK_PAGE = "http://block.lan/?url=%u&cat=%c"
 
 class Sink:
     def __init__(self, fail: int = 0) -> None:
-        self.batches: list[list[Sighting]] = []
+        self.batches: list[list[SightingRow]] = []
         self.fail = fail
         self.lock = threading.Lock()
 
-    def __call__(self, batch: Sequence[Sighting]) -> None:
+    def __call__(self, batch: Sequence[SightingRow]) -> None:
         with self.lock:
             if self.fail:
                 self.fail -= 1
@@ -114,7 +114,7 @@ def test_a_failing_sink_keeps_the_buffer_and_is_retried() -> None:
 def test_a_full_buffer_drops_and_counts_never_blocks() -> None:
     gate = threading.Event()
 
-    def stuck(batch: Sequence[Sighting]) -> None:
+    def stuck(batch: Sequence[SightingRow]) -> None:
         gate.wait(10)
 
     feed = UnknownFeed(stuck, capacity=3, flush_seconds=0)

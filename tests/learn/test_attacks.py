@@ -19,7 +19,7 @@ from urlsieve.cli import main
 from urlsieve.exceptions import InvalidURL, LearnError, QueueCorrupt
 from urlsieve.gateway import HelperMode, HelperSettings, LiveRules, SquidHelper
 from urlsieve.gateway.ruleset import LayeredLoader
-from urlsieve.gateway.unknown import UNKNOWN_CATEGORY, Sighting, UnknownFeed
+from urlsieve.gateway.unknown import UNKNOWN_CATEGORY, SightingRow, UnknownFeed
 from urlsieve.layered import LayeredFilter
 from urlsieve.learn.overlay import build_overlay, promoted_hosts
 from urlsieve.learn.verdicts import Learned, VerdictStore, rule_key
@@ -224,7 +224,7 @@ class Sink:
         self.urls: list[str] = []
         self.lock = threading.Lock()
 
-    def __call__(self, batch: Sequence[Sighting]) -> None:
+    def __call__(self, batch: Sequence[SightingRow]) -> None:
         with self.lock:
             self.urls += [url for url, _, _ in batch]
 
@@ -314,7 +314,7 @@ def test_a_flood_of_distinct_unknown_urls_stays_bounded_and_a_hung_sink_stalls_n
     gate = threading.Event()
     calls = []
 
-    def hung(batch: Sequence[Sighting]) -> None:
+    def hung(batch: Sequence[SightingRow]) -> None:
         calls.append(len(batch))
         gate.wait(30)
 

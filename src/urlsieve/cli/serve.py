@@ -13,7 +13,7 @@ from urlsieve._accel import slow_path_message
 from urlsieve.cli._gateway import add_rule_options, burst_gate, rule_overrides, unknown_feed
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import GatewayConfig, load_config, parse_bind
-from urlsieve.gateway.learning import LearnAdmin as LearnReview
+from urlsieve.gateway.learning import LearnReview
 
 __all__ = ["STARTUP_FAILED", "learn_admin", "register", "run"]
 

@@ -54,7 +54,7 @@ from urlsieve.policy.engine import BLOCK, WARN, PolicyEngine, Who, explain_decis
 
 if TYPE_CHECKING:
     from urlsieve.gateway.config import GatewayConfig
-    from urlsieve.gateway.learning import LearnAdmin
+    from urlsieve.gateway.learning import LearnReview
     from urlsieve.gateway.service import ServiceState
 
 __all__ = ["Console", "PAGE_CSP", "CONSOLE_CSP"]
@@ -109,7 +109,7 @@ class Console:
         self,
         config: GatewayConfig,
         token: str | None,
-        learn: LearnAdmin | None,
+        learn: LearnReview | None,
         log: Callable[[str], None] = lambda _msg: None,
         *,
         clock: Callable[[], float] = time.time,

@@ -17,7 +17,7 @@ The contract every implementation keeps:
   :class:`~urlsieve.exceptions.RuleSyntaxError`) saying why; the service answers 422;
 * a verdict store or overlay that cannot be read or written raises
   :class:`~urlsieve.exceptions.LearnError`; the service answers 503;
-* every write (:meth:`LearnAdmin.override`, :meth:`LearnAdmin.forget`) rebuilds the
+* every write (:meth:`LearnReview.override`, :meth:`LearnReview.forget`) rebuilds the
   overlay snapshot before it returns, so the gateway's reloader finds the new one.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import builtins
 from typing import Any, Protocol
 
-__all__ = ["ACTIONS", "SOURCES", "LearnAdmin"]
+__all__ = ["ACTIONS", "SOURCES", "LearnReview"]
 
 #: What an override does.
 ACTIONS = ("allow", "block")
@@ -34,7 +34,7 @@ ACTIONS = ("allow", "block")
 SOURCES = ("learned", "redirect", "override")
 
 
-class LearnAdmin(Protocol):
+class LearnReview(Protocol):
     """Review and override the learned verdicts (see the module's contract)."""
 
     def list(

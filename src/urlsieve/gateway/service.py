@@ -78,7 +78,7 @@ from urlsieve.gateway.headers import (
     last_named,
     named_addresses,
 )
-from urlsieve.gateway.learning import ACTIONS, SOURCES, LearnAdmin
+from urlsieve.gateway.learning import ACTIONS, SOURCES, LearnReview
 from urlsieve.gateway.live import LiveRules, NoRules
 from urlsieve.gateway.metrics import CONTENT_TYPE, Metrics
 from urlsieve.gateway.pending import pending_page
@@ -176,7 +176,7 @@ class ServiceState:
     burst: BurstGate | None = None
     pending: str = "check"
     #: The learned verdicts, for review and override (``/v1/learn/*``); None: off.
-    learn: LearnAdmin | None = None
+    learn: LearnReview | None = None
     #: What continue confirmations are signed with (:func:`continue_key`).
     continue_key: bytes = field(default_factory=lambda: continue_key(None))
     #: The decision stream's writer (``console.decision_log``; urlsieve.console.stream).
@@ -1047,7 +1047,7 @@ async def reload(request: Request) -> Response:
 # -- learned verdicts: review and override (token) ---------------------------------------
 
 
-def _learn_admin(request: Request) -> tuple[ServiceState, LearnAdmin]:
+def _learn_admin(request: Request) -> tuple[ServiceState, LearnReview]:
     """The learner's admin, for an authorised caller: 404 when the service has no learner
     or no token (the endpoints do not exist then), 401 without the right token."""
     state = _state(request)
@@ -1355,7 +1355,7 @@ def create_app(
     limits: ServiceLimits | None = None,
     reload_on_sighup: bool = False,
     unknown: UnknownFeed | None = None,
-    learn: LearnAdmin | None = None,
+    learn: LearnReview | None = None,
     burst: BurstGate | None = None,
 ) -> Starlette:
     """The service for ``config``; ``load`` replaces the configured rule loader (tests).
@@ -1451,7 +1451,7 @@ def create_app(
 def _console(
     config: GatewayConfig,
     token: str | None,
-    learn: LearnAdmin | None,
+    learn: LearnReview | None,
     log: Callable[[str], None],
 ) -> Any:
     """The block pages and the console (:mod:`urlsieve.console.web`), or None without

@@ -24,7 +24,7 @@ __all__ = [
     "PENDING_CATEGORY",
     "UNKNOWN_CATEGORY",
     "BurstGate",
-    "Sighting",
+    "SightingRow",
     "UnknownFeed",
     "UnknownStats",
     "site_of",
@@ -41,7 +41,7 @@ DEFAULT_BURST = 3
 PENDING_ANSWERS = ("check", "block", "pass")
 
 #: ``(url, client, seen_at)``: one request for an unknown URL.
-Sighting = tuple[str, str | None, float]
+SightingRow = tuple[str, str | None, float]
 
 
 @dataclass
@@ -72,7 +72,7 @@ class UnknownFeed:
 
     def __init__(
         self,
-        sink: Callable[[Sequence[Sighting]], object],
+        sink: Callable[[Sequence[SightingRow]], object],
         *,
         capacity: int = 10_000,
         flush_seconds: float = 0.05,
@@ -144,12 +144,12 @@ class UnknownFeed:
                 left, self._pending = len(self._pending), {}
             self.stats.unsent += left
 
-    def _take(self) -> list[Sighting]:
+    def _take(self) -> list[SightingRow]:
         with self._lock:
             pending, self._pending = self._pending, {}
         return [(url, client, at) for (url, client), at in pending.items()]
 
-    def _give_back(self, batch: list[Sighting]) -> None:
+    def _give_back(self, batch: list[SightingRow]) -> None:
         with self._lock:
             pending = self._pending
             for url, client, at in batch:

@@ -9,7 +9,7 @@ text), stores it (an override is never replaced by a later learned verdict: see
 watching the snapshot enforces it within its reload check. Writes are serialised: two
 overrides at once never interleave their rebuilds.
 
-It implements :class:`urlsieve.gateway.learning.LearnAdmin` (the service's protocol),
+It implements :class:`urlsieve.gateway.learning.LearnReview` (the service's protocol),
 which is why its answers are JSON-ready dicts. Input it refuses raises a
 :class:`ValueError` (:class:`InvalidURL`, :class:`RuleSyntaxError`); a store it cannot
 use raises :class:`LearnError`.

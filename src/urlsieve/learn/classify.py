@@ -71,7 +71,7 @@ MAX_SCAN_BYTES = 32 * 1024 * 1024
 #: Offsets kept per hit.
 MAX_OFFSETS = 5
 
-Verdict = Literal["block", "allow"]
+PageAction = Literal["block", "allow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +95,7 @@ class Hit:
 class Classification:
     """The verdict on one page, with the evidence that decided it."""
 
-    verdict: Verdict
+    verdict: PageAction
     category: str | None
     score: int
     scores: Mapping[str, int]
@@ -422,7 +422,7 @@ class Classifier:
         hits.sort(key=lambda h: (_KIND_ORDER[h.kind], -h.contribution, h.phrase))
         evidence = tuple(hits)
         frozen = MappingProxyType(scores)
-        verdict: Verdict = "allow"
+        verdict: PageAction = "allow"
         category: str | None = None
         if exception is not None:
             reason = f"exception phrase {exception.phrase} ({exception.source}:{exception.line})"

@@ -1,6 +1,7 @@
 """Seed 004: resolvers, two IDs per URL, alias and mirror detection, near-duplicate content."""
 
 from urlsieve.neardup.aliases import (
+    AliasCheck,
     AliasDecision,
     AliasTracker,
     MirrorDetector,
@@ -31,6 +32,7 @@ __all__ = [
     "NearDupIndex",
     "PagePair",
     "Resolver",
+    "AliasCheck",
     "Sighting",
     "StaticResolver",
     "UrlIds",

@@ -55,6 +55,7 @@ __all__ = [
     "AliasTracker",
     "MirrorDetector",
     "PagePair",
+    "AliasCheck",
     "Sighting",
     "UrlIds",
     "ip_url",
@@ -348,7 +349,7 @@ class MirrorDetector:
 
 
 @dataclass(frozen=True)
-class Sighting:
+class AliasCheck:
     """What :meth:`AliasTracker.see` decided about a URL, and why."""
 
     verdict: AliasOutcome
@@ -358,6 +359,11 @@ class Sighting:
     alias_of: str | None = None  # candidate: the host whose URL had the same IP ID
     aliased: bool = False  # the URL's host was mapped onto a confirmed alias target
     resolve_error: str | None = None
+
+
+#: The former name of :class:`AliasCheck` (``urlsieve.learn.queue.Sighting`` is another
+#: type); kept for one release.
+Sighting = AliasCheck
 
 
 class AliasTracker:
@@ -407,7 +413,7 @@ class AliasTracker:
         """``url`` canonicalised through the confirmed aliases."""
         return parse_url(url, self.profile)
 
-    def see(self, url: str) -> Sighting:
+    def see(self, url: str) -> AliasCheck:
         """Record ``url``; ``duplicate`` means drop it, ``new`` and ``candidate`` mean fetch it.
 
         The URL's own host is resolved first (a cached answer costs a dict
@@ -428,7 +434,7 @@ class AliasTracker:
         host, aliased = parsed.host, parsed.host != base.host
         if not self.names.add(parsed.canonical):
             self.counts["duplicate"] += 1
-            return Sighting("duplicate", parsed.canonical, host, addresses, aliased=aliased)
+            return AliasCheck("duplicate", parsed.canonical, host, addresses, aliased=aliased)
         owner: str | None = None
         for address in addresses:
             address_url = ip_url(base, address)
@@ -441,9 +447,9 @@ class AliasTracker:
         if owner is not None:
             self.detector.add_candidate(base.host, owner)
             self.counts["candidate"] += 1
-            return Sighting("candidate", parsed.canonical, host, addresses, owner, aliased)
+            return AliasCheck("candidate", parsed.canonical, host, addresses, owner, aliased)
         self.counts["new"] += 1
-        return Sighting(
+        return AliasCheck(
             "new", parsed.canonical, host, addresses, aliased=aliased, resolve_error=error
         )
 
