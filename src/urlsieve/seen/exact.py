@@ -40,7 +40,12 @@ import numpy.typing as npt
 
 from urlsieve._accel import speedups
 from urlsieve.exceptions import ConfigError, StoreCorrupt
-from urlsieve.fingerprint import fingerprint64, fingerprint_array64
+from urlsieve.fingerprint import (
+    fingerprint64,
+    fingerprint_array64,
+    fingerprint_one64,
+    key_function,
+)
 from urlsieve.seen._files import fsync_dir, os_error
 from urlsieve.seen._mapped import (
     HEADER_SIZE,
@@ -48,6 +53,7 @@ from urlsieve.seen._mapped import (
     W_COUNT,
     W_RETIRED,
     MappedStore,
+    forks,
     new_file,
     pack_static,
     rank_in_groups,
@@ -66,6 +72,9 @@ _PARAMS = struct.Struct("<Q")  # number of buckets
 _ROW = struct.Struct(f"<{SLOTS}Q")
 
 Flags = npt.NDArray[np.bool_]
+
+#: One add under the file lock in one compiled call (None without the extension).
+_exact_add_locked = getattr(speedups, "exact_add_locked", None)
 
 
 class _Regrown(Exception):
@@ -170,8 +179,12 @@ class ExactStore(MappedStore):
         if capacity is not None and capacity < 1:
             raise ConfigError(f"exact:{location}: capacity must be at least 1, not {capacity}")
         self._hint = capacity or DEFAULT_CAPACITY
+        self._fp = fingerprint_one64(profile)
+        self._key = key_function(profile, 64)  # the compiled key of a str, no Python frame
         self._buckets = 0
         self._limit = 0
+        #: (words, buckets, limit) of the mapping, for the compiled lookup (None: unmapped)
+        self._probe: tuple[memoryview, int, int] | None = None
         super().__init__(location, profile=profile, readonly=readonly)
 
     # ------------------------------------------------------------- file layout
@@ -191,9 +204,12 @@ class ExactStore(MappedStore):
         self._buckets = buckets
         self._limit = int(MAX_LOAD * buckets * SLOTS)
         self._table = self._words[_HW : _HW + buckets * SLOTS].reshape(buckets, SLOTS)
+        if _exact_add_locked is not None:
+            self._probe = (self._mv, buckets, self._limit)
 
     def _drop_views(self) -> None:
         self.__dict__.pop("_table", None)
+        self._probe = None
 
     def _stale(self, locked: bool) -> bool:
         if not self._mv[W_RETIRED]:
@@ -256,6 +272,7 @@ class ExactStore(MappedStore):
     # ------------------------------------------------------------ operations
 
     def _fingerprint(self, url: str) -> int:
+        """The reference of the single-URL fingerprint (0 counts as 1)."""
         return fingerprint64(url, self._profile) or 1
 
     def _fingerprints(self, urls: Iterable[str]) -> U64:
@@ -278,11 +295,20 @@ class ExactStore(MappedStore):
         raise StoreCorrupt(f"{self._path}: exact table has no free slot; rebuild the store")
 
     def add(self, url: str) -> bool:
-        return self.add_fingerprint(self._fingerprint(url))
+        key = self._key
+        fp = key(url) if key is not None and type(url) is str else None
+        return self.add_fingerprint(self._fp(url) if fp is None else fp)
 
     def add_fingerprint(self, fp: int) -> bool:
         """Add one 64-bit fingerprint (0 counts as 1); True when it was new."""
         fp = fp or 1
+        if _exact_add_locked is not None and not self._readonly:
+            with self._lock:  # the lock, the header checks and the add in one call
+                probe = self._probe
+                if probe is not None and self._generation == forks[0]:
+                    held = _exact_add_locked(probe[0], self._fd, fp, probe[1], probe[2])
+                    if held >= 0:
+                        return bool(held == 0)
         while True:
             try:
                 with self._writing:
@@ -358,12 +384,26 @@ class ExactStore(MappedStore):
     def __contains__(self, url: object) -> bool:
         if not isinstance(url, str):
             return False
-        return self.contains_fingerprint(self._fingerprint(url))
+        key = self._key
+        fp = key(url) if key is not None and type(url) is str else None
+        fp = (self._fp(url) if fp is None else fp) or 1
+        probe = self._probe  # one attribute: the views of one mapping (no lock needed)
+        if probe is not None:  # the header check and the lookup in one call
+            held = _exact_add_locked(probe[0], -1, fp, probe[1], probe[2])  # type: ignore[misc]
+            if held >= 0:
+                return bool(held)
+        return self.contains_fingerprint(fp)
 
     def contains_fingerprint(self, fp: int) -> bool:
         """Membership of one 64-bit fingerprint (0 counts as 1)."""
+        fp = fp or 1
+        probe = self._probe
+        if probe is not None:
+            held = _exact_add_locked(probe[0], -1, fp, probe[1], probe[2])  # type: ignore[misc]
+            if held >= 0:
+                return bool(held)
         with self._reading:
-            return self._find(fp or 1)[0]
+            return self._find(fp)[0]
 
     def contains_many(self, urls: Iterable[str]) -> list[bool]:
         flags: list[bool] = self.contains_fingerprints(self._fingerprints(urls)).tolist()
