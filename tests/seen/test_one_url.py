@@ -323,3 +323,15 @@ def test_the_locked_calls_on_arbitrary_bytes(data: bytes, key: int) -> None:
         except ValueError:
             continue
         assert got in (-2, 0, 1)
+
+
+def test_bloom_contains_fingerprint_is_the_batch(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    fps = rng.integers(0, 2**64, size=(3000, 2), dtype=np.uint64)
+    with BloomStore(str(tmp_path / "f.bloom"), capacity=800, error=0.01) as store:
+        store.add_fingerprints(fps[:1500])  # two layers and more
+        want = store.contains_fingerprints(fps).tolist()
+        got = [store.contains_fingerprint((int(a), int(b))) for a, b in fps]
+        assert got == want
+        assert all(got[:1500])
+        assert sum(got[1500:]) < 200  # mostly misses (a few false positives)

@@ -68,15 +68,25 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
+import numpy as np
 import xxhash
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.request import referer_str
 
 from urlsieve.exceptions import ConfigError, InvalidURL
-from urlsieve.fingerprint import canonical_bytes, fingerprint128, fingerprint_one64
+from urlsieve.fingerprint import (
+    canonical_bytes,
+    fingerprint128,
+    fingerprint_one64,
+    fingerprint_one128,
+    key_function,
+)
 from urlsieve.seen.base import BACKENDS, SeenStore, open_seen
+from urlsieve.seen.bloom import BloomStore
+from urlsieve.seen.exact import ExactStore
 from urlsieve.seen.memory import MemoryStore
 from urlsieve.url import CRAWLER, Profile
 from urlsieve.url.profile import PROFILES
@@ -185,9 +195,18 @@ class UrlsieveDupeFilter(BaseDupeFilter):
         self._since_flush = 0
         self._last_flush = time.monotonic()
         self._logged_once = False
-        #: new URLs not written to the store yet, by their 64-bit fingerprint
-        self._pending: dict[int, str] = {}
-        self._fingerprint = fingerprint_one64(store.profile)
+        #: new URLs not written to the store yet, by their fingerprint: the store's own for
+        #: exact: (64 bits) and bloom: (128), which take the batch as fingerprints
+        self._pending: dict[Any, str] = {}
+        bits = 128 if isinstance(store, BloomStore) else 64
+        self._fingerprint: Callable[[str], Any] = (
+            fingerprint_one128(store.profile) if bits == 128 else fingerprint_one64(store.profile)
+        )
+        self._key_of = key_function(store.profile, bits)
+        self._held_fp: Callable[[Any], bool] | None = None
+        self._add_fps: Callable[[Any], object] | None = None
+        if isinstance(store, (ExactStore, BloomStore)):
+            self._held_fp, self._add_fps = store.contains_fingerprint, store.add_fingerprints
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -209,14 +228,18 @@ class UrlsieveDupeFilter(BaseDupeFilter):
             self.crawler.stats.inc_value(key, count)
 
     def request_seen(self, request: Request) -> bool:
-        key = _key(request)
+        key = request.url if request.method == "GET" and not request.body else _key(request)
         try:
             if self.batch == 1:
                 new = self.store.add(key)
             else:  # remembered here at once, written with its batch
-                fp = self._fingerprint(key)
+                key_of = self._key_of  # the compiled key (None: off its path)
+                fp = key_of(key) if key_of is not None else None
+                if fp is None:
+                    fp = self._fingerprint(key)
                 pending = self._pending
-                new = fp not in pending and key not in self.store
+                held = self._held_fp
+                new = fp not in pending and not (key in self.store if held is None else held(fp))
                 if new:
                     pending[fp] = key
         except InvalidURL:
@@ -232,9 +255,7 @@ class UrlsieveDupeFilter(BaseDupeFilter):
 
     def _write(self) -> None:
         """The pending URLs to the store in one batch; a flush when one is due."""
-        if self._pending:
-            self.store.add_many(list(self._pending.values()))
-            self._pending.clear()
+        self._write_pending()
         now = time.monotonic()
         if now - self._last_flush >= self.flush_seconds or (
             self.flush_every and self._since_flush >= self.flush_every
@@ -243,10 +264,17 @@ class UrlsieveDupeFilter(BaseDupeFilter):
             self._since_flush = 0
             self._last_flush = now
 
-    def close(self, reason: str) -> None:
-        if self._pending:
+    def _write_pending(self) -> None:
+        if not self._pending:
+            return
+        if self._add_fps is not None:  # the fingerprints made already: no second hash
+            self._add_fps(np.array(list(self._pending), dtype=np.uint64))
+        else:
             self.store.add_many(list(self._pending.values()))
-            self._pending.clear()
+        self._pending.clear()
+
+    def close(self, reason: str) -> None:
+        self._write_pending()
         self.store.flush()  # close() alone does not make the last adds durable
         stats = self.store.stats()
         if self.crawler is not None and self.crawler.stats is not None:

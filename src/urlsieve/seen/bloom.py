@@ -546,6 +546,15 @@ class BloomStore(MappedStore):
         found: list[bool] = flags.tolist()
         return found
 
+    def contains_fingerprint(self, fp: tuple[int, int]) -> bool:
+        """Membership of one 128-bit fingerprint ``(h1, h2)`` (one compiled call)."""
+        probe = self._probe
+        if probe is not None:
+            held = _bloom_add_locked(probe[0], -1, probe[1], fp[0], fp[1])  # type: ignore[misc]
+            if held >= 0:
+                return bool(held)
+        return bool(self.contains_fingerprints([fp])[0])
+
     def contains_fingerprints(self, fps: npt.ArrayLike) -> Flags:
         """Membership of 128-bit fingerprints given as an (n, 2) array of ``(h1, h2)`` halves."""
         h = _rows(fps)
