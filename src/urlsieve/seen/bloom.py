@@ -436,7 +436,9 @@ class BloomStore(MappedStore):
     def __contains__(self, url: object) -> bool:
         if not isinstance(url, str):
             return False
-        h1, h2 = self._one(url)
+        key = self._key  # (inline: a frame is a tenth of this call)
+        h = key(url) if key is not None and type(url) is str else None
+        h1, h2 = self._fp(url) if h is None else h
         probe = self._probe  # one attribute: the views of one mapping (no lock needed)
         if probe is not None:  # the header check and the lookup in one call
             held = _bloom_add_locked(probe[0], -1, probe[1], h1, h2)  # type: ignore[misc]
