@@ -46,7 +46,6 @@ import numpy.typing as npt
 from urlsieve._accel import speedups
 from urlsieve.exceptions import ConfigError, StoreCorrupt
 from urlsieve.fingerprint import (
-    fingerprint64,
     fingerprint_array64,
     fingerprint_one64,
     key_function,
@@ -308,10 +307,6 @@ class ExactStore(MappedStore):
         raise _Regrown
 
     # ------------------------------------------------------------ operations
-
-    def _fingerprint(self, url: str) -> int:
-        """The reference of the single-URL fingerprint (0 counts as 1)."""
-        return fingerprint64(url, self._profile) or 1
 
     def _fingerprints(self, urls: Iterable[str]) -> U64:
         return fingerprint_array64(urls, self._profile)  # a 0 counts as 1: see add_fingerprints
