@@ -18,6 +18,9 @@ Two tables:
 
 Adds are timed once (they change the store); lookups are the median of 3.
 
+``--one-at-a-time`` runs issue 34's table instead (``benchmarks/one_at_a_time.py``: Scrapy's
+duplicate filter, single ``add``/``in`` against rbloom, ``exact:`` growth, ``Filter.check``).
+
 ``--writers`` runs the seed-004 writer table instead: 1, 2 and 4 writer
 processes adding the same URLs to one ``exact:`` file (one lock for all) and to
 a ``partitioned:`` directory where each writer owns its domains' partitions.
@@ -548,9 +551,23 @@ def main() -> None:
     parser.add_argument(
         "--batches", default="1000,100", help="--writers: batch sizes of add_many, comma-separated"
     )
+    parser.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="issue 34's single-call table only (benchmarks/one_at_a_time.py)",
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="--one-at-a-time: runs a row")
     args = parser.parse_args()
     if args.data:
         _common.SHARED_DATA = args.data
+    if args.one_at_a_time:
+        from benchmarks import one_at_a_time
+
+        section = one_at_a_time.run(args)
+        print(section)
+        if args.write:
+            write_section("seen-one-at-a-time", section)
+        return
     if args.writers:
         urls, _, source = dataset(args.urls)
         section = writers_section(urls, source, [int(b) for b in args.batches.split(",")])

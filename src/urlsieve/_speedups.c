@@ -1406,6 +1406,430 @@ exact_insert(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(added);
 }
 
+/* ---------------------------------------------------------------------------------------
+ * One URL at a time (issue 34): url_key fingerprints one URL in one call, with the crawler
+ * profile's query steps (tracking parameters dropped, parameters sorted) done here too,
+ * so that a store's add(url) makes no numpy round trip for one item (and the probe is
+ * exact_add_locked / bloom_add_locked, below). url/profile.py's query steps and fingerprint.py are
+ * the reference (tests/seen/test_one_url.py holds them equal).
+ */
+#define KEY_STACK 4096 /* canonical URLs longer than this go to the Python path */
+#define KEY_PARTS 256  /* so do queries of more parameters */
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t n;
+} key_part;
+
+/* bytes order (Python's comparison of bytes) */
+static int
+key_part_cmp(const void *a, const void *b)
+{
+    const key_part *x = a, *y = b;
+    size_t m = (size_t)(x->n < y->n ? x->n : y->n);
+    int c = m ? memcmp(x->p, y->p, m) : 0;
+    if (c) return c;
+    return (x->n > y->n) - (x->n < y->n);
+}
+
+/* The query steps beyond the default, as url_key's `query` argument gives them:
+   (drop names: tuple of bytes, drop prefixes: tuple of bytes, sort, drop_empty), or None. */
+typedef struct {
+    PyObject *exact, *prefixes;
+    int drop, sort, drop_empty;
+} key_plan;
+
+static int
+key_plan_of(PyObject *arg, key_plan *kp)
+{
+    memset(kp, 0, sizeof(*kp));
+    if (arg == Py_None) return 0;
+    if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) != 5) goto bad;
+    kp->drop = PyObject_IsTrue(PyTuple_GET_ITEM(arg, 0));
+    kp->exact = PyTuple_GET_ITEM(arg, 1);
+    kp->prefixes = PyTuple_GET_ITEM(arg, 2);
+    kp->sort = PyObject_IsTrue(PyTuple_GET_ITEM(arg, 3));
+    kp->drop_empty = PyObject_IsTrue(PyTuple_GET_ITEM(arg, 4));
+    if (kp->drop < 0 || kp->sort < 0 || kp->drop_empty < 0) return -1;
+    if (!PyTuple_Check(kp->exact) || !PyTuple_Check(kp->prefixes)) goto bad;
+    for (int k = 0; k < 2; k++) {
+        PyObject *names = k ? kp->prefixes : kp->exact;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+            if (!PyBytes_Check(PyTuple_GET_ITEM(names, i))) goto bad;
+        }
+    }
+    return 1;
+bad:
+    PyErr_SetString(PyExc_TypeError, "url_key: query is None or (drop, names, prefixes, sort, "
+                                      "drop_empty) with tuples of bytes");
+    return -1;
+}
+
+/* drop_parameters' test: the parameter's name (up to the first "=") is one of the names
+   or starts with one of the prefixes. */
+static int
+key_dropped(const key_plan *kp, const unsigned char *p, Py_ssize_t n)
+{
+    const unsigned char *eq = memchr(p, '=', (size_t)n);
+    const Py_ssize_t k = eq == NULL ? n : eq - p;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kp->exact); i++) {
+        PyObject *name = PyTuple_GET_ITEM(kp->exact, i);
+        if (PyBytes_GET_SIZE(name) == k && memcmp(PyBytes_AS_STRING(name), p, (size_t)k) == 0) {
+            return 1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kp->prefixes); i++) {
+        PyObject *pre = PyTuple_GET_ITEM(kp->prefixes, i);
+        const Py_ssize_t m = PyBytes_GET_SIZE(pre);
+        if (m <= k && memcmp(PyBytes_AS_STRING(pre), p, (size_t)m) == 0) return 1;
+    }
+    return 0;
+}
+
+/* The canonical URL c[0:n] (filter steps, query kept) with the plan's query steps: the
+   query (canonical: every "%" starts the escape of a byte) is unescaped once, which gives
+   what the default steps' unescape gave, then parameters are dropped and sorted and the
+   bytes escaped again (url/profile.py). Into out (room for n bytes); its length, or -1
+   for the Python path. */
+static Py_ssize_t
+key_query(const unsigned char *c, Py_ssize_t n, const key_plan *kp, unsigned char *out)
+{
+    const unsigned char *mark = memchr(c, '?', (size_t)n);
+    if (mark == NULL) {
+        memcpy(out, c, (size_t)n);
+        return n;
+    }
+    const Py_ssize_t head = mark - c + 1;
+    unsigned char raw[KEY_STACK];
+    key_part parts[KEY_PARTS];
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = head; i < n; i++) {
+        int hi, lo;
+        if (c[i] == '%' && i + 2 < n && (hi = hex_value(c[i + 1])) >= 0
+            && (lo = hex_value(c[i + 2])) >= 0) {
+            raw[m++] = (unsigned char)(hi << 4 | lo);
+            i += 2;
+        } else {
+            raw[m++] = c[i];
+        }
+    }
+    Py_ssize_t count = 0, start = 0;
+    for (Py_ssize_t i = 0; i <= m; i++) {
+        if (i < m && raw[i] != '&') continue;
+        if (count == KEY_PARTS) return -1;
+        parts[count].p = raw + start;
+        parts[count++].n = i - start;
+        start = i + 1;
+    }
+    if (kp->drop || (kp->sort && count >= 2)) {
+        Py_ssize_t kept = 0;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (parts[i].n == 0 || (kp->drop && key_dropped(kp, parts[i].p, parts[i].n))) continue;
+            parts[kept++] = parts[i];
+        }
+        count = kept;
+    }
+    if (kp->sort && count >= 2) qsort(parts, (size_t)count, sizeof(key_part), key_part_cmp);
+    static const char hex[] = "0123456789ABCDEF";
+    Py_ssize_t o = head;
+    memcpy(out, c, (size_t)head);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (i) out[o++] = '&';
+        for (Py_ssize_t j = 0; j < parts[i].n; j++) {
+            unsigned char b = parts[i].p[j];
+            if (b <= 0x20 || b >= 0x7F || b == '#' || b == '%') {
+                if (o + 3 > n) return -1; /* cannot happen: the query was escaped so */
+                out[o++] = '%';
+                out[o++] = (unsigned char)hex[b >> 4];
+                out[o++] = (unsigned char)hex[b & 15];
+            } else {
+                if (o + 1 > n) return -1;
+                out[o++] = b;
+            }
+        }
+    }
+    if (o == head && kp->drop_empty) o--; /* the "?" of an emptied query goes */
+    return o;
+}
+
+/* url_key(allow_query, keep_port, bits, query, url): the xxh3-64 (bits 64: an int) or
+   xxh3-128 (bits 128: (high, low)) of the canonical form of one URL on the compiled path,
+   else None. query: None (allow_query says whether a query stays on the compiled path)
+   or the plan of the crawler profile's query steps (key_plan_of). The URL comes last, so
+   that functools.partial binds the rest (a store's key function, with no Python frame). */
+static PyObject *
+url_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    int allow_query, keep_port;
+    PyObject *ordered[3];
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "url_key(allow_query, keep_port, bits, query, url) takes 5 arguments");
+        return NULL;
+    }
+    ordered[0] = args[4];
+    ordered[1] = args[0];
+    ordered[2] = args[1];
+    if (one_url_args("url_key", "url_key(allow_query, keep_port, bits, query, url)", ordered, 3,
+                     3, &allow_query, &keep_port)
+        < 0) {
+        return NULL;
+    }
+    long bits = PyLong_AsLong(args[2]);
+    if (bits == -1 && PyErr_Occurred()) return NULL;
+    if (bits != 64 && bits != 128) {
+        PyErr_SetString(PyExc_ValueError, "url_key: bits is 64 or 128");
+        return NULL;
+    }
+    key_plan kp;
+    int planned = key_plan_of(args[3], &kp);
+    if (planned < 0) return NULL;
+    one_url u;
+    int found = one_url_scan(args[4], planned ? 1 : allow_query, keep_port ? REWRITE_KEEP_PORT : 0,
+                             &u);
+    if (found <= 0) {
+        scratch_give(u.buf);
+        return found < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    unsigned char canon[KEY_STACK], query[KEY_STACK];
+    const unsigned char *text = u.text;
+    Py_ssize_t len = u.len;
+    if (!u.sp.has_scheme || !u.sp.has_path) {
+        if (len + 8 > KEY_STACK) goto python;
+        len = write_canonical(canon, text, len, &u.sp);
+        text = canon;
+    }
+    if (planned && u.sp.query_start >= 0) {
+        if (len > KEY_STACK) goto python;
+        len = key_query(text, len, &kp, query);
+        if (len < 0) goto python;
+        text = query;
+    }
+    PyObject *out;
+    if (bits == 64) {
+        out = PyLong_FromUnsignedLongLong(XXH3_64bits(text, (size_t)len));
+    } else {
+        us_xxh128 h = XXH3_128bits(text, (size_t)len);
+        PyObject *high = PyLong_FromUnsignedLongLong(h.high64);
+        PyObject *low = PyLong_FromUnsignedLongLong(h.low64);
+        out = high == NULL || low == NULL ? NULL : PyTuple_Pack(2, high, low);
+        Py_XDECREF(high);
+        Py_XDECREF(low);
+    }
+    scratch_give(u.buf);
+    return out;
+python:
+    scratch_give(u.buf);
+    Py_RETURN_NONE;
+}
+
+/* A uint64 argument (a fingerprint), or -1 with an exception. */
+static int
+key_arg(const char *name, PyObject *arg, uint64_t *v)
+{
+    *v = PyLong_AsUnsignedLongLong(arg);
+    if (*v == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError, "%s: a fingerprint is an int in [0, 2**64)", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * One add under the store's file lock, in one call (issue 34): exact_add_locked and
+ * bloom_add_locked take the file's exclusive flock, check the dynamic header words of
+ * seen/_mapped.py (dirty, retired, the layer count), mark the file dirty, add one
+ * fingerprint, clear the mark and unlock. Whatever the store's Python session would have
+ * to do first (repair a dead writer's leftovers, follow a grown or retired file, grow)
+ * is left to it: the call returns -2 having changed nothing. The caller holds the store's
+ * thread lock and has checked that the store is open in this process.
+ */
+#include <sys/file.h>
+#include <errno.h>
+
+/* seen/_mapped.py's dynamic header words */
+#define W_DIRTY 32
+#define W_RETIRED 33
+#define W_COUNT 34
+#define W_NLAYERS 35
+#define HEADER_WORDS 512
+
+/* flock(fd, how) without the GIL (another process may hold it); -1 on failure. */
+static int
+locked_flock(int fd, int how)
+{
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    do {
+        r = flock(fd, how);
+    } while (r < 0 && errno == EINTR);
+    Py_END_ALLOW_THREADS
+    return r;
+}
+
+/* The whole file as words (at least the header; writable unless fd is -1, a lookup), its
+   fd; -1 with an error. */
+static int
+locked_args(const char *name, PyObject *words, PyObject *fd_arg, Py_buffer *view, int *fd)
+{
+    long v = PyLong_AsLong(fd_arg);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (v < -1 || v > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: fd is a file descriptor, not %ld", name, v);
+        return -1;
+    }
+    *fd = (int)v;
+    if (PyObject_GetBuffer(words, view, PyBUF_C_CONTIGUOUS | (*fd >= 0 ? PyBUF_WRITABLE : 0)) < 0) {
+        return -1;
+    }
+    if (view->len < HEADER_WORDS * 8 || view->len % 64 || ((uintptr_t)view->buf & 7) != 0) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s: words is the whole store file as uint64", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* With the lock: 1 when the header lets the one-item add run here (then marked dirty). */
+static int
+locked_begin(volatile uint64_t *w, uint64_t nlayers)
+{
+    if (w[W_DIRTY] != 0 || w[W_RETIRED] != 0 || (nlayers && w[W_NLAYERS] != nlayers)) return 0;
+    __atomic_store_n(&w[W_DIRTY], 1, __ATOMIC_SEQ_CST);
+    return 1;
+}
+
+/* exact_add_locked(words, fd, key, buckets, limit) -> int: 1 the table held key, 0 it was
+   added (slot, then count), -2 the Python session decides (nothing changed). fd -1: a
+   lookup without the lock (1 held, 0 not, -2 the file was retired). */
+static PyObject *
+exact_add_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "exact_add_locked(words, fd, key, buckets, limit) takes 5 arguments");
+        return NULL;
+    }
+    uint64_t key, buckets, limit;
+    if (key_arg("exact_add_locked", args[2], &key) < 0
+        || key_arg("exact_add_locked", args[3], &buckets) < 0
+        || key_arg("exact_add_locked", args[4], &limit) < 0) {
+        return NULL;
+    }
+    if (key == 0 || buckets == 0) {
+        PyErr_SetString(PyExc_ValueError, "exact_add_locked: key and buckets are not 0");
+        return NULL;
+    }
+    Py_buffer view;
+    int fd;
+    if (locked_args("exact_add_locked", args[0], args[1], &view, &fd) < 0) return NULL;
+    if ((uint64_t)view.len / 64 < HEADER_WORDS / 8 + buckets) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "exact_add_locked: the file is shorter than its table");
+        return NULL;
+    }
+    long r = -2;
+    uint64_t *w = view.buf, *table = w + HEADER_WORDS;
+    if (fd < 0) { /* a lookup: no lock, nothing written */
+        Py_ssize_t slot;
+        if (w[W_RETIRED] == 0) r = exact_find(table, buckets, key, &slot);
+    } else if (locked_flock(fd, LOCK_EX) == 0) {
+        if (locked_begin(w, 0)) {
+            Py_ssize_t slot;
+            if (exact_find(table, buckets, key, &slot)) {
+                r = 1;
+            } else if (slot >= 0 && w[W_COUNT] < limit) {
+                __atomic_store_n(&table[slot], key, __ATOMIC_SEQ_CST);
+                __atomic_store_n(&w[W_COUNT], w[W_COUNT] + 1, __ATOMIC_SEQ_CST);
+                r = 0;
+            }
+            __atomic_store_n(&w[W_DIRTY], 0, __ATOMIC_SEQ_CST);
+        }
+        locked_flock(fd, LOCK_UN);
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(r);
+}
+
+/* bloom_add_locked(words, fd, layers, h1, h2) -> int: layers is an int64 array of one row
+   (offset in words, blocks, t, capacity, count word) a layer of the store; 1 a layer held
+   (h1, h2), 0 it was added to the last one (count, then bits), -2 the Python session
+   decides (the last layer is full, or see above; nothing changed). fd -1: a lookup
+   without the lock (1 held, 0 not, -2 the layers changed). */
+static PyObject *
+bloom_add_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bloom_add_locked(words, fd, layers, h1, h2) takes 5 arguments");
+        return NULL;
+    }
+    uint64_t h1, h2;
+    if (key_arg("bloom_add_locked", args[3], &h1) < 0
+        || key_arg("bloom_add_locked", args[4], &h2) < 0) {
+        return NULL;
+    }
+    Py_buffer view, lay;
+    int fd;
+    if (locked_args("bloom_add_locked", args[0], args[1], &view, &fd) < 0) return NULL;
+    if (PyObject_GetBuffer(args[2], &lay, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    const int64_t *L = lay.buf;
+    const Py_ssize_t nl = lay.len / 40, words = view.len / 8;
+    if (nl < 1 || lay.len % 40 || ((uintptr_t)lay.buf & 7) != 0) goto bad;
+    for (Py_ssize_t i = 0; i < nl; i++) {
+        const int64_t *row = L + 5 * i;
+        if (row[0] < HEADER_WORDS || row[0] % 8 || row[1] < 1 || (row[2] != 1 && row[2] != 2)
+            || row[1] > (words - row[0]) / 8 || row[4] < W_NLAYERS || row[4] >= HEADER_WORDS) {
+            goto bad;
+        }
+    }
+    long r = -2;
+    uint64_t *w = view.buf;
+    if (fd < 0) { /* a lookup: no lock, nothing written */
+        if (w[W_NLAYERS] == (uint64_t)nl) {
+            r = 0;
+            for (Py_ssize_t i = 0; i < nl && !r; i++) {
+                const int64_t *row = L + 5 * i;
+                r = bloom_covers(w + row[0], (uint64_t)row[1], (int)row[2], h1, h2);
+            }
+        }
+    } else if (locked_flock(fd, LOCK_EX) == 0) {
+        if (locked_begin(w, (uint64_t)nl)) {
+            for (Py_ssize_t i = 0; i < nl && r == -2; i++) {
+                const int64_t *row = L + 5 * i;
+                if (bloom_covers(w + row[0], (uint64_t)row[1], (int)row[2], h1, h2)) r = 1;
+            }
+            const int64_t *last = L + 5 * (nl - 1);
+            if (r == -2 && w[last[4]] < (uint64_t)last[3]) {
+                uint64_t m[8], *block = w + last[0] + 8 * bloom_block(h1, (uint64_t)last[1]);
+                __atomic_store_n(&w[last[4]], w[last[4]] + 1, __ATOMIC_SEQ_CST);
+                bloom_masks(h1, h2, (int)last[2], m);
+                for (int k = 0; k < 8; k++) block[k] |= m[k];
+                r = 0;
+            }
+            __atomic_store_n(&w[W_DIRTY], 0, __ATOMIC_SEQ_CST);
+        }
+        locked_flock(fd, LOCK_UN);
+    }
+    out = PyLong_FromLong(r);
+    goto done;
+bad:
+    PyErr_SetString(PyExc_ValueError,
+                    "bloom_add_locked: layers is (offset, blocks, t, capacity, count word) "
+                    "rows of int64 inside the file");
+done:
+    PyBuffer_Release(&lay);
+    PyBuffer_Release(&view);
+    return out;
+}
+
 /* A key's home slot in a table of `slots` (at most 2**32) slots: the top 32 bits of the
    key scaled to the table (match/snapshot.py's _home), so any slot count works. */
 static inline uint64_t
@@ -4207,6 +4631,21 @@ static PyMethodDef methods[] = {
      "exact_insert(table, keys, out) -> int\n\n"
      "Insert keys in order: out flags the new ones; returns how many, -1 when it\n"
      "found the table full."},
+    {"url_key", (PyCFunction)(void (*)(void))url_key, METH_FASTCALL,
+     "url_key(allow_query, keep_port, bits, query, url) -> int | tuple[int, int] | None\n\n"
+     "xxh3-64 (bits 64) or xxh3-128 as (high, low) (bits 128) of one URL's canonical form\n"
+     "on the compiled path (None: the caller canonicalises it). query: None, or the\n"
+     "crawler's query steps (drop, names, prefixes, sort, drop_empty)."},
+    {"exact_add_locked", (PyCFunction)(void (*)(void))exact_add_locked, METH_FASTCALL,
+     "exact_add_locked(words, fd, key, buckets, limit) -> int\n\n"
+     "One key added to an exact store file under its flock: 1 held, 0 added, -2 left to\n"
+     "the Python session (dirty or retired file, table at its limit). fd -1: a lookup\n"
+     "without the lock."},
+    {"bloom_add_locked", (PyCFunction)(void (*)(void))bloom_add_locked, METH_FASTCALL,
+     "bloom_add_locked(words, fd, layers, h1, h2) -> int\n\n"
+     "One fingerprint added to a Bloom store file under its flock: 1 held, 0 added, -2\n"
+     "left to the Python session (dirty file, layers changed, last layer full). fd -1: a\n"
+     "lookup without the lock."},
     {"snapshot_match", (PyCFunction)(void (*)(void))snapshot_match, METH_FASTCALL,
      "snapshot_match(image, layout, urls, mask, out[, canonical[, rows, stride]]) -> int\n\n"
      "Per URL of the list, the id of the deciding rule of a compiled image into out\n"

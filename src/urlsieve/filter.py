@@ -212,7 +212,7 @@ class Filter:
 
         ``categories``: enforce only these categories' rules for this call.
         """
-        return self._matcher.check(url, self._chosen(categories))
+        return self._matcher.check(url, self._categories if categories is None else categories)
 
     def matching_categories(self, url: str | URL, categories: Categories = None) -> list[str]:
         """Every enforced category with a rule matching ``url`` (block or allow), in the

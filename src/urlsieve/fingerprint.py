@@ -10,10 +10,12 @@ CRC32, MD5 and SHA-1 signatures stay available for the seed stores.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import struct
 import zlib
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
 
 import numpy as np
 import xxhash
@@ -27,9 +29,12 @@ __all__ = [
     "fingerprint128",
     "fingerprint64",
     "fingerprint_array128",
+    "fingerprint_one128",
+    "fingerprint_one64",
     "fingerprint_array64",
     "fingerprints128",
     "fingerprints64",
+    "key_function",
     "signature",
 ]
 
@@ -47,8 +52,19 @@ def canonical_bytes(url: str | URL, profile: Profile = FILTER) -> bytes:
     return text.encode("ascii")
 
 
+#: One URL's fingerprint in one compiled call (absent without the extension).
+_url_key = getattr(speedups, "url_key", None)
+_PACK128 = struct.Struct(">QQ").pack
+
+
 def fingerprint64(url: str | URL, profile: Profile = FILTER) -> int:
     """64-bit fingerprint (xxh3-64) of the canonical URL, as an unsigned int."""
+    if _url_key is not None and type(url) is str and profile.fast_path:
+        key: int | None = _url_key(
+            profile.fast_query, profile.keep_port, 64, profile.query_plan, url
+        )
+        if key is not None:
+            return key
     return _xxh64(canonical_bytes(url, profile))
 
 
@@ -57,8 +73,56 @@ def fingerprints64(urls: Iterable[str], profile: Profile = FILTER) -> list[int]:
     return [_xxh64(canonicalize(u, profile).encode("ascii")) for u in urls]
 
 
+def key_function(profile: Profile, bits: int) -> Callable[[str], Any] | None:
+    """The compiled fingerprint of one ``str`` under ``profile`` as a C callable (no
+    Python frame): an int (``bits`` 64) or ``(high, low)`` (128), or ``None`` for a URL
+    off the compiled path (then :func:`fingerprint64` / :func:`fingerprint128` decide).
+    ``None`` without the extension or for a profile the compiled path does not take."""
+    if _url_key is None or not profile.fast_path:
+        return None
+    return functools.partial(
+        _url_key, profile.fast_query, profile.keep_port, bits, profile.query_plan
+    )
+
+
+def fingerprint_one64(profile: Profile = FILTER) -> Callable[[str], int]:
+    """:func:`fingerprint64` under ``profile`` as a function of the URL alone."""
+    key_of = key_function(profile, 64)
+
+    def one(url: str) -> int:
+        if key_of is not None and type(url) is str:
+            key = key_of(url)
+            if key is not None:
+                return key  # type: ignore[no-any-return]
+        return _xxh64(canonical_bytes(url, profile))
+
+    return one
+
+
+def fingerprint_one128(profile: Profile = FILTER) -> Callable[[str], tuple[int, int]]:
+    """The 128-bit fingerprint under ``profile`` as ``(high, low)`` halves, a function of
+    the URL alone (see :func:`fingerprint_one64`)."""
+    key_of = key_function(profile, 128)
+
+    def one(url: str) -> tuple[int, int]:
+        if key_of is not None and type(url) is str:
+            key = key_of(url)
+            if key is not None:
+                return key  # type: ignore[no-any-return]
+        value = xxhash.xxh3_128_intdigest(canonical_bytes(url, profile))
+        return value >> 64, value & 0xFFFFFFFFFFFFFFFF
+
+    return one
+
+
 def fingerprint128(url: str | URL, profile: Profile = FILTER) -> bytes:
     """128-bit fingerprint (xxh3-128), 16 bytes big-endian."""
+    if _url_key is not None and type(url) is str and profile.fast_path:
+        key: tuple[int, int] | None = _url_key(
+            profile.fast_query, profile.keep_port, 128, profile.query_plan, url
+        )
+        if key is not None:
+            return _PACK128(*key)
     return _xxh128(canonical_bytes(url, profile))
 
 
@@ -99,7 +163,13 @@ def fill_rest(
     Raises :class:`InvalidURL` for the first bad one (``rest`` is in order).
     """
     digest = _xxh64 if bits == 64 else xxhash.xxh3_128_intdigest
+    plan = profile.query_plan if _url_key is not None and profile.fast_path else None
     for at in rest:
+        if plan is not None and type(urls[at]) is str:  # the crawler's query, compiled
+            key = _url_key(False, profile.keep_port, bits, plan, urls[at])  # type: ignore[misc]
+            if key is not None:
+                out[at] = key
+                continue
         value = digest(canonicalize(urls[at], profile).encode("ascii"))
         if bits == 64:
             out[at] = value

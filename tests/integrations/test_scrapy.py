@@ -312,3 +312,35 @@ def test_policy_middleware_treats_a_warning_as_a_block(tmp_path: Path) -> None:
     mw = UrlsieveFilterMiddleware(engine.rules, policy=engine)
     with pytest.raises(IgnoreRequest, match="pages"):
         mw.process_request(Request("http://example.org/private/x"), Spider(name="site"))
+
+
+@pytest.mark.parametrize("spec", ["exact:{tmp}/s.exact", "bloom:{tmp}/s.bloom", "memory:"])
+@pytest.mark.parametrize("batch", [1, 7])
+def test_dupefilter_batches_its_writes_and_answers_at_once(
+    tmp_path: Path, spec: str, batch: int
+) -> None:
+    """A new URL is seen at once (in any spelling), reaches the store with its batch, and
+    the batch in the making reaches it at close; a second filter on the store (a resumed
+    crawl) sees everything the first one saw."""
+    from urlsieve.url import CRAWLER
+
+    spec = spec.replace("{tmp}", str(tmp_path))
+    store = open_seen(spec, profile=CRAWLER)
+    df = UrlsieveDupeFilter(store, batch=batch)
+    urls = [f"http://a.example/p{i}?b=2&a=1&utm_source=x" for i in range(20)]
+    for url in urls:
+        assert not df.request_seen(Request(url))
+        assert df.request_seen(Request(url.replace("?b=2&a=1", "?a=1&b=2")))
+    written = sum(url in store for url in urls)
+    if spec != "memory:":
+        expected = 20 if batch == 1 else 14  # two batches of 7 written, 6 pending
+        assert written == expected
+        df.close("finished")
+        with open_seen(spec, profile=CRAWLER) as again:
+            resumed = UrlsieveDupeFilter(again, batch=batch)
+            assert all(resumed.request_seen(Request(url)) for url in urls)
+            assert not resumed.request_seen(Request("http://a.example/new"))
+            assert len(again) == (21 if batch == 1 else 20)  # the new one: at once or pending
+    else:
+        assert written == 20
+        df.close("finished")

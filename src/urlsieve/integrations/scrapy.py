@@ -8,7 +8,9 @@ Settings (``settings.py`` of a Scrapy project)::
 
     URLSIEVE_SEEN_STORE = "bloom:/var/lib/crawl/seen.bloom?capacity=100000000&error=0.001"
     URLSIEVE_PROFILE = "crawler"        # or "filter"; the canonicalisation profile
-    URLSIEVE_FLUSH_EVERY = 1000         # flush the store every N new requests
+    URLSIEVE_BATCH = 1000               # new requests written to the store together
+    URLSIEVE_FLUSH_SECONDS = 5.0        # fsync the store at most this often
+    URLSIEVE_FLUSH_EVERY = 0            # and/or every N new requests (0: by time only)
 
 Which store (first match wins):
 
@@ -45,6 +47,18 @@ source), with the time rules on the clock. A request a rewrite changes is replac
 the rewritten one; blocked ones count as ``urlsieve/blocked/<category>`` and
 ``urlsieve/policy/<source>/<acl>/<action>``.
 
+**Writing.** A request is answered at once (a new URL is remembered in the process at
+once), but new URLs go to a persistent store ``URLSIEVE_BATCH`` at a time, in one
+locked batch write instead of a file lock per request (``memory:`` is written at once).
+Stores that several crawler processes share while they run see each other's URLs a
+batch late: set ``URLSIEVE_BATCH = 1`` for them. The file stores are memory-mapped, so
+a crawler that is killed loses none of what was written, only its batch in the making
+(those pages may be fetched again on resume); ``flush()`` (an ``fsync``) guards against
+the machine going down, and runs every ``URLSIEVE_FLUSH_SECONDS`` as a batch is
+written, every ``URLSIEVE_FLUSH_EVERY`` new requests when set, and at the end of the
+crawl. Scrapy's own ``RFPDupeFilter`` writes its ``requests.seen`` through a buffer
+and never syncs it.
+
 The fingerprinter gives Scrapy (its HTTP cache, its own filters) the same
 notion of "same request": the 128-bit urlsieve fingerprint of the canonical
 URL, mixed with the method and body for requests other than a plain GET.
@@ -53,15 +67,27 @@ URL, mixed with the method and body for requests other than a plain GET.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
+import numpy as np
 import xxhash
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.request import referer_str
 
 from urlsieve.exceptions import ConfigError, InvalidURL
-from urlsieve.fingerprint import canonical_bytes, fingerprint128
+from urlsieve.fingerprint import (
+    canonical_bytes,
+    fingerprint128,
+    fingerprint_one64,
+    fingerprint_one128,
+    key_function,
+)
 from urlsieve.seen.base import BACKENDS, SeenStore, open_seen
+from urlsieve.seen.bloom import BloomStore
+from urlsieve.seen.exact import ExactStore
+from urlsieve.seen.memory import MemoryStore
 from urlsieve.url import CRAWLER, Profile
 from urlsieve.url.profile import PROFILES
 
@@ -154,15 +180,33 @@ class UrlsieveDupeFilter(BaseDupeFilter):
         store: SeenStore,
         *,
         debug: bool = False,
-        flush_every: int = 1000,
+        flush_every: int = 0,
         crawler: Crawler | None = None,
+        batch: int = 1000,
+        flush_seconds: float = 5.0,
     ) -> None:
         self.store = store
         self.debug = debug
-        self.flush_every = max(1, flush_every)
+        self.flush_every = max(0, flush_every)
+        self.flush_seconds = flush_seconds
         self.crawler = crawler
+        # memory: has no lock or file to spare: written at once
+        self.batch = 1 if isinstance(store, MemoryStore) else max(1, batch)
         self._since_flush = 0
+        self._last_flush = time.monotonic()
         self._logged_once = False
+        #: new URLs not written to the store yet, by their fingerprint: the store's own for
+        #: exact: (64 bits) and bloom: (128), which take the batch as fingerprints
+        self._pending: dict[Any, str] = {}
+        bits = 128 if isinstance(store, BloomStore) else 64
+        self._fingerprint: Callable[[str], Any] = (
+            fingerprint_one128(store.profile) if bits == 128 else fingerprint_one64(store.profile)
+        )
+        self._key_of = key_function(store.profile, bits)
+        self._held_fp: Callable[[Any], bool] | None = None
+        self._add_fps: Callable[[Any], object] | None = None
+        if isinstance(store, (ExactStore, BloomStore)):
+            self._held_fp, self._add_fps = store.contains_fingerprint, store.add_fingerprints
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -173,8 +217,10 @@ class UrlsieveDupeFilter(BaseDupeFilter):
         return cls(
             store,
             debug=settings.getbool("DUPEFILTER_DEBUG"),
-            flush_every=settings.getint("URLSIEVE_FLUSH_EVERY", 1000),
+            flush_every=settings.getint("URLSIEVE_FLUSH_EVERY", 0),
             crawler=crawler,
+            batch=settings.getint("URLSIEVE_BATCH", 1000),
+            flush_seconds=settings.getfloat("URLSIEVE_FLUSH_SECONDS", 5.0),
         )
 
     def _inc(self, key: str, count: int = 1) -> None:
@@ -182,19 +228,53 @@ class UrlsieveDupeFilter(BaseDupeFilter):
             self.crawler.stats.inc_value(key, count)
 
     def request_seen(self, request: Request) -> bool:
+        key = request.url if request.method == "GET" and not request.body else _key(request)
         try:
-            new = self.store.add(_key(request))
+            if self.batch == 1:
+                new = self.store.add(key)
+            else:  # remembered here at once, written with its batch
+                key_of = self._key_of  # the compiled key (None: off its path)
+                fp = key_of(key) if key_of is not None else None
+                if fp is None:
+                    fp = self._fingerprint(key)
+                pending = self._pending
+                held = self._held_fp
+                new = fp not in pending and not (key in self.store if held is None else held(fp))
+                if new:
+                    pending[fp] = key
         except InvalidURL:
             self._inc("urlsieve/uncanonical")
             return False
         if new:
             self._since_flush += 1
-            if self._since_flush >= self.flush_every:
-                self.store.flush()
-                self._since_flush = 0
+            if len(self._pending) >= self.batch or (
+                self.flush_every and self._since_flush >= self.flush_every
+            ):
+                self._write()
         return not new
 
+    def _write(self) -> None:
+        """The pending URLs to the store in one batch; a flush when one is due."""
+        self._write_pending()
+        now = time.monotonic()
+        if now - self._last_flush >= self.flush_seconds or (
+            self.flush_every and self._since_flush >= self.flush_every
+        ):
+            self.store.flush()
+            self._since_flush = 0
+            self._last_flush = now
+
+    def _write_pending(self) -> None:
+        if not self._pending:
+            return
+        if self._add_fps is not None:  # the fingerprints made already: no second hash
+            self._add_fps(np.array(list(self._pending), dtype=np.uint64))
+        else:
+            self.store.add_many(list(self._pending.values()))
+        self._pending.clear()
+
     def close(self, reason: str) -> None:
+        self._write_pending()
         self.store.flush()  # close() alone does not make the last adds durable
         stats = self.store.stats()
         if self.crawler is not None and self.crawler.stats is not None:

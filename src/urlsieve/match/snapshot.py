@@ -1424,9 +1424,14 @@ class SnapshotMatcher:
         return None if rule_id < 0 else self.rule(rule_id)
 
     def check(self, url: str | URL, categories: Collection[str] | None = None) -> Verdict:
+        if type(url) is str and _verdicts is not None:
+            # one URL, straight to the compiled call check_many makes (the HTTP service and
+            # Scrapy's middleware check URLs one by one: every frame counts)
+            mask = None if categories is None else self.category_mask(categories)
+            return self._verdicts_compiled([url], mask)[0]
         if type(url) is str and _match is not None:
             # the compiled batch path with one URL: a fraction of the per-expression
-            # Python probes of decide() (the HTTP service and Scrapy check URLs one by one)
+            # Python probes of decide()
             return self.check_many([url], categories)[0]
         parts = url if isinstance(url, URL) else parse_url(url)
         return Verdict.of(self.decide(parts, categories), parts.canonical)

@@ -87,11 +87,11 @@ U64 = npt.NDArray[np.uint64]
 
 #: Bumped in a forked child, so that stores reopen their file there instead of sharing
 #: the parent's descriptor (and with it the parent's lock).
-_forks = [0]
+forks = [0]
 
 
 def _after_fork() -> None:
-    _forks[0] += 1
+    forks[0] += 1
 
 
 os.register_at_fork(after_in_child=_after_fork)
@@ -186,7 +186,7 @@ class MappedStore(ClosingStore):
         self._lock = threading.RLock()
         self._fd = -1
         self._mm: mmap.mmap | None = None
-        self._generation = _forks[0]
+        self._generation = forks[0]
         self._reading = _Session(self, write=False)
         self._writing = _Session(self, write=True)
         self._attach()
@@ -248,7 +248,7 @@ class MappedStore(ClosingStore):
                 os.close(fd)
                 self._fd = -1
                 raise
-            self._generation = _forks[0]
+            self._generation = forks[0]
             return
         raise StoreError(f"{self._path}: the file keeps changing while it is opened")
 
@@ -406,7 +406,7 @@ class MappedStore(ClosingStore):
     def _check_open(self) -> None:
         if self._mm is None:
             raise StoreClosed(f"{self._path}: the {self.NAME} store is closed")
-        if self._generation != _forks[0]:  # forked: never share the parent's descriptor and lock
+        if self._generation != forks[0]:  # forked: never share the parent's descriptor and lock
             self._reattach()
 
     def _begin_read(self) -> None:

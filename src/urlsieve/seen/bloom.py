@@ -58,13 +58,20 @@ import xxhash
 
 from urlsieve._accel import speedups
 from urlsieve.exceptions import ConfigError, StoreCorrupt, StoreFull
-from urlsieve.fingerprint import CHUNK, fill_rest, fingerprint_array128
+from urlsieve.fingerprint import (
+    CHUNK,
+    fill_rest,
+    fingerprint_array128,
+    fingerprint_one128,
+    key_function,
+)
 from urlsieve.seen._mapped import (
     HEADER_SIZE,
     U64,
     W_NLAYERS,
     MappedStore,
     bit_counts,
+    forks,
     popcount,
     reserve,
 )
@@ -96,6 +103,8 @@ Blocks = npt.NDArray[np.intp]
 
 #: Fingerprints and test of a list of URLs in one compiled pass (None without the extension).
 _bloom_urls = getattr(speedups, "bloom_urls", None)
+#: One add under the file lock in one compiled call (None without the extension).
+_bloom_add_locked = getattr(speedups, "bloom_add_locked", None)
 
 
 # ------------------------------------------------------------------ the maths
@@ -261,6 +270,11 @@ class BloomStore(MappedStore):
         self._capacity = capacity or DEFAULT_CAPACITY
         self._error = error or DEFAULT_ERROR
         self._layers: list[_Layer] = []
+        self._plan: npt.NDArray[np.int64] | None = None  # the layers, for _bloom_add_locked
+        #: (words, plan) of the mapping, for the compiled lookup (None: unmapped)
+        self._probe: tuple[memoryview, memoryview] | None = None
+        self._fp = fingerprint_one128(profile)
+        self._key = key_function(profile, 128)  # the compiled key of a str, no Python frame
         super().__init__(location, profile=profile, readonly=readonly)
 
     # ------------------------------------------------------------- file layout
@@ -325,9 +339,17 @@ class BloomStore(MappedStore):
             bits = self._words[offset // 8 : end // 8].reshape(blocks, WORDS)
             layers.append(_Layer(index, offset, blocks, t, cap, err, bits))
         self._layers = layers
+        self._plan = np.array(
+            [[la.offset // 8, la.blocks, la.t, la.capacity, la.count_word] for la in layers],
+            dtype=np.int64,
+        )
+        if _bloom_add_locked is not None:
+            self._probe = (self._mv, self._plan.data)
 
     def _drop_views(self) -> None:
         self._layers = []
+        self._plan = None
+        self._probe = None
 
     def _recover(self) -> None:
         # A count is raised before its batch's bits are set: a writer killed between the
@@ -366,6 +388,7 @@ class BloomStore(MappedStore):
     # ------------------------------------------------------------ fingerprints
 
     def _fingerprint(self, url: str) -> tuple[int, int]:
+        """The reference of the single-URL fingerprint (the tests hold them equal)."""
         value = xxhash.xxh3_128_intdigest(canonicalize(url, self._profile).encode("ascii"))
         return value >> 64, value & _M64
 
@@ -380,8 +403,21 @@ class BloomStore(MappedStore):
         block = int.from_bytes(self._mm[offset : offset + 64], "little")  # type: ignore[index]
         return block & mask == mask, offset, block
 
+    def _one(self, url: str) -> tuple[int, int]:
+        key = self._key
+        h = key(url) if key is not None and type(url) is str else None
+        return self._fp(url) if h is None else h
+
     def add(self, url: str) -> bool:
-        h1, h2 = self._fingerprint(url)
+        h1, h2 = self._one(url)
+        if _bloom_add_locked is not None and not self._readonly:
+            with self._lock:  # the lock, the header checks and the add in one call
+                probe = self._probe
+                if probe is not None and self._generation == forks[0]:
+                    held = _bloom_add_locked(probe[0], self._fd, probe[1], h1, h2)
+                    if held >= 0:
+                        return bool(held == 0)
+        # the reference, and what the compiled call leaves (a new layer, a repair)
         masks = {1: _block_mask(h1, h2, 1)}
         with self._writing:
             for layer in self._layers:
@@ -400,7 +436,14 @@ class BloomStore(MappedStore):
     def __contains__(self, url: object) -> bool:
         if not isinstance(url, str):
             return False
-        h1, h2 = self._fingerprint(url)
+        key = self._key  # (inline: a frame is a tenth of this call)
+        h = key(url) if key is not None and type(url) is str else None
+        h1, h2 = self._fp(url) if h is None else h
+        probe = self._probe  # one attribute: the views of one mapping (no lock needed)
+        if probe is not None:  # the header check and the lookup in one call
+            held = _bloom_add_locked(probe[0], -1, probe[1], h1, h2)  # type: ignore[misc]
+            if held >= 0:
+                return bool(held)
         masks = {1: _block_mask(h1, h2, 1)}
         with self._reading:
             for layer in self._layers:
@@ -504,6 +547,15 @@ class BloomStore(MappedStore):
             self._test_rows(h, _MaskCache(h), flags, tested=1)
         found: list[bool] = flags.tolist()
         return found
+
+    def contains_fingerprint(self, fp: tuple[int, int]) -> bool:
+        """Membership of one 128-bit fingerprint ``(h1, h2)`` (one compiled call)."""
+        probe = self._probe
+        if probe is not None:
+            held = _bloom_add_locked(probe[0], -1, probe[1], fp[0], fp[1])  # type: ignore[misc]
+            if held >= 0:
+                return bool(held)
+        return bool(self.contains_fingerprints([fp])[0])
 
     def contains_fingerprints(self, fps: npt.ArrayLike) -> Flags:
         """Membership of 128-bit fingerprints given as an (n, 2) array of ``(h1, h2)`` halves."""

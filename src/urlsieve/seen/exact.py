@@ -8,13 +8,18 @@ bucket comes from the top 32 bits of its fingerprint (``(fp >> 32) * buckets
 one (linear probing by buckets). Nothing is ever deleted, so a lookup stops at
 the first bucket with an empty slot.
 
-At 85 % load the table grows by 1.5×: the writer holding the lock rehashes into
+At 85 % load the table grows by 2×: the writer holding the lock rehashes into
 a new file (space reserved first, so a full disk fails before anything
 changes), syncs it, renames it over the store and marks the old file
 *retired*; every other process notices (the retired word, or a link count of
-0 under the lock) and reopens. Between growths the load is 57–85 %, so the
-store costs 9.4–14 bytes per URL. The rehash sorts the fingerprints (a copy
-of them is held in memory meanwhile) and places them in one vectorised pass.
+0 under the lock) and reopens. Between growths the load is 42–85 %, so the
+store costs 9.4–19 bytes per URL; growing from the default size to a million
+URLs rewrites the table four times (1.5× growth did it seven times, and cost
+4× a presized store's adds). The new table is built in memory and written with
+one ``pwrite`` and one ``fsync`` (up to :data:`GROW_IN_MEMORY`; a bigger one
+in the new file's mapping): the old table's keys are inserted in slot order,
+which is nearly sorted by home bucket, by the compiled insert (numpy reference:
+sort them and place them in one vectorised pass).
 
 Batches are compiled (``urlsieve._speedups``: ``exact_lookup``, and
 ``exact_insert``, which adds a batch's keys in order, so the first of repeats is
@@ -40,13 +45,18 @@ import numpy.typing as npt
 
 from urlsieve._accel import speedups
 from urlsieve.exceptions import ConfigError, StoreCorrupt
-from urlsieve.fingerprint import fingerprint64, fingerprint_array64
+from urlsieve.fingerprint import (
+    fingerprint_array64,
+    fingerprint_one64,
+    key_function,
+)
 from urlsieve.seen._mapped import (
     HEADER_SIZE,
     U64,
     W_COUNT,
     W_RETIRED,
     MappedStore,
+    forks,
     new_file,
     pack_static,
     rank_in_groups,
@@ -59,13 +69,19 @@ __all__ = ["ExactStore"]
 
 SLOTS = 8  # per bucket: one cache line
 MAX_LOAD = 0.85
-GROWTH = 1.5
+GROWTH = 2.0
+#: A grown table up to this size is built in memory and written once; a bigger one in
+#: the new file's mapping (so that a huge store never needs its table twice in memory).
+GROW_IN_MEMORY = 256 << 20
 DEFAULT_CAPACITY = 1 << 16
 _HW = HEADER_SIZE // 8  # header size in words
 _PARAMS = struct.Struct("<Q")  # number of buckets
 _ROW = struct.Struct(f"<{SLOTS}Q")
 
 Flags = npt.NDArray[np.bool_]
+
+#: One add under the file lock in one compiled call (None without the extension).
+_exact_add_locked = getattr(speedups, "exact_add_locked", None)
 
 
 class _Regrown(Exception):
@@ -106,6 +122,26 @@ def rebuild(table: U64, keys: U64) -> None:
     table.reshape(-1)[slot[inside]] = keys[inside]
     if not inside.all():
         probe(table, keys[~inside], insert=True)
+
+
+def place(table: U64, keys: U64) -> None:
+    """Fill an empty ``table`` with distinct, non-zero ``keys`` (a growing table's): compiled,
+    in the order given (the old table's slot order, nearly sorted by home bucket, so the
+    writes go forward through the new table), or :func:`rebuild` of the sorted keys."""
+    if speedups is None:
+        rebuild(table, np.sort(keys))
+        return
+    new = np.empty(len(keys), dtype=bool)
+    if speedups.exact_insert(table, keys, new) < 0 or not new.all():
+        raise StoreCorrupt("exact table: the keys do not fit the grown table (or repeat)")
+
+
+def _write_all(fd: int, data: U64, offset: int) -> None:
+    """``data``'s bytes to ``fd`` at ``offset`` (``pwrite`` until all of it is written)."""
+    view = data.data.cast("B")
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done : done + (64 << 20)], offset + done)
 
 
 def probe(table: U64, keys: U64, insert: bool) -> Flags:
@@ -170,8 +206,12 @@ class ExactStore(MappedStore):
         if capacity is not None and capacity < 1:
             raise ConfigError(f"exact:{location}: capacity must be at least 1, not {capacity}")
         self._hint = capacity or DEFAULT_CAPACITY
+        self._fp = fingerprint_one64(profile)
+        self._key = key_function(profile, 64)  # the compiled key of a str, no Python frame
         self._buckets = 0
         self._limit = 0
+        #: (words, buckets, limit) of the mapping, for the compiled lookup (None: unmapped)
+        self._probe: tuple[memoryview, int, int] | None = None
         super().__init__(location, profile=profile, readonly=readonly)
 
     # ------------------------------------------------------------- file layout
@@ -191,9 +231,12 @@ class ExactStore(MappedStore):
         self._buckets = buckets
         self._limit = int(MAX_LOAD * buckets * SLOTS)
         self._table = self._words[_HW : _HW + buckets * SLOTS].reshape(buckets, SLOTS)
+        if _exact_add_locked is not None:
+            self._probe = (self._mv, buckets, self._limit)
 
     def _drop_views(self) -> None:
         self.__dict__.pop("_table", None)
+        self._probe = None
 
     def _stale(self, locked: bool) -> bool:
         if not self._mv[W_RETIRED]:
@@ -227,17 +270,27 @@ class ExactStore(MappedStore):
         size = HEADER_SIZE + buckets * SLOTS * 8
         fd = new_file(tmp, size, self._path, f"growing the table to {size:,} bytes")
         try:
-            with mmap.mmap(fd, size, access=mmap.ACCESS_WRITE) as mm:
-                mm[:256] = pack_static(
-                    self.KIND, self.VERSION, self._profile, _PARAMS.pack(buckets)
-                )
-                words = np.frombuffer(mm, dtype=np.uint64)
-                table = words[_HW:].reshape(buckets, SLOTS)
-                flat = self._table.reshape(-1)
-                rebuild(table, np.sort(flat[flat != 0]))
-                words[W_COUNT] = count
-                del words, table
-                mm.flush()
+            static = pack_static(self.KIND, self.VERSION, self._profile, _PARAMS.pack(buckets))
+            flat = self._table.reshape(-1)
+            if size <= GROW_IN_MEMORY:
+                # Built in memory and written once (a new file's mapping faults each page
+                # in, and msync walks it): the header, then the table.
+                head = np.zeros(_HW, dtype=np.uint64)
+                head.view(np.uint8)[: len(static)] = np.frombuffer(static, dtype=np.uint8)
+                head[W_COUNT] = count
+                table = np.zeros((buckets, SLOTS), dtype=np.uint64)
+                place(table, flat[flat != 0])
+                _write_all(fd, head, 0)
+                _write_all(fd, table, HEADER_SIZE)
+                del table
+            else:  # too big to hold twice in memory: built in the new file's mapping
+                with mmap.mmap(fd, size, access=mmap.ACCESS_WRITE) as mm:
+                    mm[: len(static)] = static
+                    words = np.frombuffer(mm, dtype=np.uint64)
+                    place(words[_HW:].reshape(buckets, SLOTS), flat[flat != 0])
+                    words[W_COUNT] = count
+                    del words
+                    mm.flush()
             os.fsync(fd)
             self._mv[W_RETIRED] = 1  # before the rename: readers must not miss the switch
             os.replace(tmp, self._path)
@@ -254,9 +307,6 @@ class ExactStore(MappedStore):
         raise _Regrown
 
     # ------------------------------------------------------------ operations
-
-    def _fingerprint(self, url: str) -> int:
-        return fingerprint64(url, self._profile) or 1
 
     def _fingerprints(self, urls: Iterable[str]) -> U64:
         return fingerprint_array64(urls, self._profile)  # a 0 counts as 1: see add_fingerprints
@@ -278,11 +328,20 @@ class ExactStore(MappedStore):
         raise StoreCorrupt(f"{self._path}: exact table has no free slot; rebuild the store")
 
     def add(self, url: str) -> bool:
-        return self.add_fingerprint(self._fingerprint(url))
+        key = self._key
+        fp = key(url) if key is not None and type(url) is str else None
+        return self.add_fingerprint(self._fp(url) if fp is None else fp)
 
     def add_fingerprint(self, fp: int) -> bool:
         """Add one 64-bit fingerprint (0 counts as 1); True when it was new."""
         fp = fp or 1
+        if _exact_add_locked is not None and not self._readonly:
+            with self._lock:  # the lock, the header checks and the add in one call
+                probe = self._probe
+                if probe is not None and self._generation == forks[0]:
+                    held = _exact_add_locked(probe[0], self._fd, fp, probe[1], probe[2])
+                    if held >= 0:
+                        return bool(held == 0)
         while True:
             try:
                 with self._writing:
@@ -358,12 +417,26 @@ class ExactStore(MappedStore):
     def __contains__(self, url: object) -> bool:
         if not isinstance(url, str):
             return False
-        return self.contains_fingerprint(self._fingerprint(url))
+        key = self._key
+        fp = key(url) if key is not None and type(url) is str else None
+        fp = (self._fp(url) if fp is None else fp) or 1
+        probe = self._probe  # one attribute: the views of one mapping (no lock needed)
+        if probe is not None:  # the header check and the lookup in one call
+            held = _exact_add_locked(probe[0], -1, fp, probe[1], probe[2])  # type: ignore[misc]
+            if held >= 0:
+                return bool(held)
+        return self.contains_fingerprint(fp)
 
     def contains_fingerprint(self, fp: int) -> bool:
         """Membership of one 64-bit fingerprint (0 counts as 1)."""
+        fp = fp or 1
+        probe = self._probe
+        if probe is not None:
+            held = _exact_add_locked(probe[0], -1, fp, probe[1], probe[2])  # type: ignore[misc]
+            if held >= 0:
+                return bool(held)
         with self._reading:
-            return self._find(fp or 1)[0]
+            return self._find(fp)[0]
 
     def contains_many(self, urls: Iterable[str]) -> list[bool]:
         flags: list[bool] = self.contains_fingerprints(self._fingerprints(urls)).tolist()

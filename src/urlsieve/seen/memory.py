@@ -10,11 +10,15 @@ import sys
 from collections.abc import Iterable
 
 from urlsieve.exceptions import StoreClosed
-from urlsieve.fingerprint import fingerprint64
+from urlsieve.fingerprint import fingerprint_one64, key_function
 from urlsieve.seen.base import ClosingStore, StoreStats
 from urlsieve.url import FILTER, Profile
 
 __all__ = ["MemoryStore"]
+
+
+def _no_key(url: str) -> None:
+    """No compiled key: every URL goes to the reference fingerprint."""
 
 
 class MemoryStore(ClosingStore):
@@ -23,6 +27,9 @@ class MemoryStore(ClosingStore):
     def __init__(self, location: str = "", *, profile: Profile = FILTER) -> None:
         self._profile = profile
         self._set: set[int] | None = set()
+        self._fp = fingerprint_one64(profile)
+        # the compiled key of a str (None off the compiled path): no Python frame
+        self._key = key_function(profile, 64) or _no_key
 
     @property
     def _seen(self) -> set[int]:
@@ -35,14 +42,20 @@ class MemoryStore(ClosingStore):
         return self._profile
 
     def add(self, url: str) -> bool:
-        fp = fingerprint64(url, self._profile)
-        if fp in self._seen:
+        seen = self._set
+        fp = self._key(url) if type(url) is str else None
+        if fp is None:
+            fp = self._fp(url)
+        if seen is None:
+            seen = self._seen  # raises StoreClosed
+        if fp in seen:
             return False
-        self._seen.add(fp)
+        seen.add(fp)
         return True
 
     def add_many(self, urls: Iterable[str]) -> list[bool]:
-        fps = [fingerprint64(u, self._profile) for u in urls]  # all valid before any is added
+        one = self._fp
+        fps = [one(u) for u in urls]  # all valid before any is added
         out = []
         seen = self._seen
         for fp in fps:
@@ -54,11 +67,14 @@ class MemoryStore(ClosingStore):
 
     def __contains__(self, url: object) -> bool:
         seen = self._seen
-        return isinstance(url, str) and fingerprint64(url, self._profile) in seen
+        if type(url) is str:
+            fp = self._key(url)
+            return (self._fp(url) if fp is None else fp) in seen
+        return isinstance(url, str) and self._fp(url) in seen
 
     def contains_many(self, urls: Iterable[str]) -> list[bool]:
-        seen = self._seen
-        return [fingerprint64(u, self._profile) in seen for u in urls]
+        seen, one = self._seen, self._fp
+        return [one(u) in seen for u in urls]
 
     def __len__(self) -> int:
         return len(self._seen)

@@ -18,9 +18,11 @@ from urlsieve.url import path as _path
 
 __all__ = [
     "CRAWLER",
+    "DropParameters",
     "FILTER",
     "PROFILES",
     "Profile",
+    "QueryPlan",
     "TRACKING_PARAMETERS",
     "alias_host",
     "crawler_profile",
@@ -81,6 +83,8 @@ class Profile:
     # Whether an already-canonical URL may skip the steps (derived, not passed).
     fast_path: bool = field(init=False, repr=False, compare=False)
     fast_query: bool = field(init=False, repr=False, compare=False)
+    # The query steps as the compiled single-URL path takes them (derived; see query_plan).
+    query_plan: QueryPlan | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         default = self.host_steps == DEFAULT_HOST_STEPS and self.path_steps == DEFAULT_PATH_STEPS
@@ -93,11 +97,47 @@ class Profile:
             and self.query_steps == DEFAULT_QUERY_STEPS
             and not self.drop_empty_query,
         )
+        object.__setattr__(self, "query_plan", _query_plan(self))
 
     @property
     def ident(self) -> str:
         """``name/version``, as stored in persistent store headers."""
         return f"{self.name}/{self.version}"
+
+
+#: ``(drop, names, prefixes, sort, drop_empty)``: the query steps unescape, [drop], [sort],
+#: escape, for ``urlsieve._speedups.url_key`` (which does them on the canonical query).
+QueryPlan = tuple[bool, tuple[bytes, ...], tuple[bytes, ...], bool, bool]
+
+
+def _query_plan(profile: Profile) -> QueryPlan | None:
+    """The plan of a profile whose query steps are unescape, an optional
+    :func:`drop_parameters`, an optional :func:`sort_query`, escape (the crawler's),
+    on the default host and path steps; None for any other (and for the filter's, which
+    the compiled path does without a plan)."""
+    steps = profile.query_steps
+    if (
+        not profile.fast_path
+        or profile.fast_query
+        or not profile.keep_query
+        or len(steps) < 3
+        or steps[0] is not _path.unescape
+        or steps[-1] is not _path.escape
+    ):
+        return None
+    middle = list(steps[1:-1])
+    drop: DropParameters | None = None
+    if middle and isinstance(middle[0], DropParameters):
+        drop = middle[0]
+        middle.pop(0)
+    sort = bool(middle) and middle[0] is sort_query
+    if sort:
+        middle.pop(0)
+    if middle:
+        return None
+    names = tuple(sorted(drop.names)) if drop is not None else ()
+    prefixes = drop.prefixes if drop is not None else ()
+    return (drop is not None, names, prefixes, sort, profile.drop_empty_query)
 
 
 def sort_query(query: bytes) -> bytes:
@@ -107,13 +147,18 @@ def sort_query(query: bytes) -> bytes:
     return b"&".join(sorted(p for p in query.split(b"&") if p))
 
 
-def drop_parameters(names: Iterable[str]) -> BytesStep:
-    """A query step that removes parameters by name; ``prefix*`` removes every name with it."""
-    exact = frozenset(n.encode() for n in names if not n.endswith("*"))
-    prefixes = tuple(n[:-1].encode() for n in names if n.endswith("*"))
+@dataclass(frozen=True)
+class DropParameters:
+    """A query step that removes parameters by name; ``prefix*`` removes every name with it
+    (a class, so that the compiled single-URL path can read the names: see
+    :attr:`Profile.query_plan`)."""
 
-    def drop_tracking_parameters(query: bytes) -> bytes:
+    names: frozenset[bytes]
+    prefixes: tuple[bytes, ...]
+
+    def __call__(self, query: bytes) -> bytes:
         kept = []
+        exact, prefixes = self.names, self.prefixes
         for param in query.split(b"&"):
             key = param.split(b"=", 1)[0]
             if not param or key in exact or (prefixes and key.startswith(prefixes)):
@@ -121,7 +166,14 @@ def drop_parameters(names: Iterable[str]) -> BytesStep:
             kept.append(param)
         return b"&".join(kept)
 
-    return drop_tracking_parameters
+
+def drop_parameters(names: Iterable[str]) -> BytesStep:
+    """A query step that removes parameters by name; ``prefix*`` removes every name with it."""
+    names = tuple(names)
+    return DropParameters(
+        frozenset(n.encode() for n in names if not n.endswith("*")),
+        tuple(n[:-1].encode() for n in names if n.endswith("*")),
+    )
 
 
 def alias_host(resolve: Mapping[str, str] | Callable[[str], str | None]) -> HostStep:
