@@ -47,7 +47,7 @@ def test_one_url_is_the_batch_and_the_reference(
     rules = _rules(800, 4)
     urls = [*rulegen.random_urls(1500, 9), "javascript:x", "http://Bücher.de/a", "a b"]
     if not compiled:
-        monkeypatch.setattr(snapshot, "_check", None)
+        monkeypatch.setattr(snapshot, "_verdicts", None)
         monkeypatch.setattr(snapshot, "_match", None)
     flt = Filter(SnapshotMatcher.from_rules(rules))
     single = [_verdict(lambda u: flt.check(u, chosen), url) for url in urls]  # cache cold

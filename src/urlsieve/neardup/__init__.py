@@ -22,6 +22,7 @@ from urlsieve.neardup.resolver import (
 from urlsieve.neardup.simhash import hamming, simhash
 
 __all__ = [
+    "AliasCheck",
     "AliasDecision",
     "AliasTracker",
     "AsyncDNSResolver",
@@ -32,7 +33,6 @@ __all__ = [
     "NearDupIndex",
     "PagePair",
     "Resolver",
-    "AliasCheck",
     "Sighting",
     "StaticResolver",
     "UrlIds",
