@@ -23,6 +23,7 @@ from tests.gateway.test_service_trust import write_config as policy_config
 from urlsieve import Filter
 from urlsieve.console.auth import hash_password, verify_password
 from urlsieve.console.i18n import negotiate
+from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import load_config
 from urlsieve.gateway.service import create_app
 from urlsieve.learn.overlay import build_overlay
@@ -228,6 +229,26 @@ def test_the_cookie_is_secure_behind_tls(tmp_path: Path) -> None:
         r = login(c)
     cookie = next(x for x in r.headers.get_list("set-cookie") if "urlsieve_console=" in x)
     assert "secure" in cookie.lower()
+
+
+def test_behind_a_tls_terminating_proxy_the_cookie_is_secure_when_configured(
+    tmp_path: Path,
+) -> None:
+    """The proxy speaks TLS to the browser and http to the service: the scheme says http,
+    so ``console.secure_cookies`` is how the administrator says the cookie needs ``Secure``
+    (the environment too); a value that is not a boolean is refused with the key."""
+    conf = filter_config(tmp_path, "secure_cookies = true\n")
+    for config in (
+        load_config(str(conf), env={}),
+        load_config(str(filter_config(tmp_path)), env={"URLSIEVE_CONSOLE_SECURE_COOKIES": "yes"}),
+    ):
+        with TestClient(create_app(config), base_url="http://127.0.0.1", client=LOOPBACK) as c:
+            r = c.get("/console/login")
+            # (the test client, like a browser, then keeps a Secure cookie off plain http)
+        cookie = next(x for x in r.headers.get_list("set-cookie") if "urlsieve_login=" in x)
+        assert "secure" in cookie.lower()
+    with pytest.raises(ConfigError, match="secure_cookies must be true or false"):
+        load_config(str(filter_config(tmp_path, 'secure_cookies = "maybe"\n')), env={})
 
 
 def test_the_service_token_logs_in_too(client: TestClient) -> None:

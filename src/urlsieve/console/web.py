@@ -617,7 +617,7 @@ class Console:
         return {
             "httponly": True,
             "samesite": "strict",
-            "secure": request.url.scheme == "https",
+            "secure": self.config.console_secure_cookies or request.url.scheme == "https",
             "path": f"{request.scope.get('root_path', '')}/console",
         }
 

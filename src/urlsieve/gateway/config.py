@@ -122,6 +122,9 @@ class GatewayConfig:
     #: The addresses the console answers (its pages 403 for any other peer).
     console_clients: tuple[str, ...] = ("127.0.0.1", "::1")
     console_session_minutes: float = 60.0
+    #: Mark the console's cookies ``Secure`` on every answer, for a console behind a proxy
+    #: that terminates TLS (the service then sees http); without it, only over https.
+    console_secure_cookies: bool = False
     #: A directory of templates (and ``locale/*.json``) overriding the block pages' and
     #: the console's.
     console_templates: str | None = None
@@ -303,6 +306,12 @@ _OPTIONS: dict[str, tuple[str, str, str, str]] = {
         "str",
     ),
     "console_clients": ("console", "clients", "URLSIEVE_CONSOLE_CLIENTS", "addresses"),
+    "console_secure_cookies": (
+        "console",
+        "secure_cookies",
+        "URLSIEVE_CONSOLE_SECURE_COOKIES",
+        "bool",
+    ),
     "console_session_minutes": (
         "console",
         "session_minutes",
@@ -375,6 +384,16 @@ def _convert(name: str, kind: str, value: Any, where: str, base: Path | None) ->
             return int(value)
         if not isinstance(value, int) or isinstance(value, bool):
             raise bad("an integer")
+        return value
+    if kind == "bool":
+        if isinstance(value, str):  # environment
+            lowered = value.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+        if not isinstance(value, bool):
+            raise bad("true or false")
         return value
     if kind == "float":
         try:
