@@ -269,3 +269,19 @@ def test_learned_categories_take_the_lists_spelling(tmp_path: Path) -> None:
     assert limits == {"gambling": 40, "gamblin": 10}
     assert any("did you mean 'gambling'" in line for line in logs), logs
     assert json.dumps(limits)  # plain data
+
+
+def test_an_override_is_filed_under_the_lists_spelling(
+    gateway: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``learn block --category GAMBLING`` (and the service's and console's overrides, which
+    go through the same admin) files the block under the lists' ``gambling``, so the
+    helper and the review tools name one category; a name the lists do not have is a
+    category of its own."""
+    conf = str(gateway)
+    assert main(["learn", "--config", conf, "block", "odd.test", "--category", "GAMBLING"]) == 0
+    assert "(gambling)" in capsys.readouterr().out
+    assert main(["check", "--config", conf, "http://odd.test/x"]) == 3
+    assert capsys.readouterr().out.startswith("block\tgambling\t")
+    assert main(["learn", "--config", conf, "block", "new.test", "--category", "Homework"]) == 0
+    assert "(Homework)" in capsys.readouterr().out

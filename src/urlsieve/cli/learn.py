@@ -200,23 +200,14 @@ def _named_as_the_lists(
     (matched ignoring case: a phrase list's ``Gambling`` is UT1's ``gambling``), and
     ``learn.limits`` keyed by those names (an unknown key is reported, with a "did you
     mean")."""
-    from urlsieve.gateway.config import load_config
-    from urlsieve.gateway.ruleset import base_loader, category_names
+    from urlsieve.gateway.ruleset import configured_category_names
     from urlsieve.rules.categories import did_you_mean, resolve
 
     names: set[str] = set()
     try:
-        base = base_loader(load_config(settings.source_file, env=os.environ))()
+        names = configured_category_names(settings.source_file)
     except Exception as exc:  # the learner runs without lists too (names left as written)
         log(f"category names kept as the phrase lists write them: {exc}")
-    else:
-        try:
-            info = base.info
-            names = category_names(base) | (
-                set(info.meta.get("categories") or ()) if info is not None else set()
-            )
-        finally:
-            base.close()
     renamed = phrases.renamed(lambda name: resolve(name, names) or name)
     for old in sorted(phrases.categories - renamed.categories):
         log(f"phrase category {old!r} learned as {resolve(old, names)!r} (the lists' name)")

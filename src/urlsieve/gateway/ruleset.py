@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LayeredLoader",
+    "configured_category_names",
     "base_loader",
     "category_names",
     "category_rules",
@@ -84,6 +85,23 @@ def check_selection(source: Filter, categories: Sequence[str]) -> list[str]:
 def category_names(source: Filter) -> set[str]:
     """Every category name the lists of ``source`` have (aliases included)."""
     return set(source.categories) | set(source.aliases) | {r.category for r in source.reports}
+
+
+def configured_category_names(config_path: str | None) -> set[str]:
+    """Every category name of the lists the configuration file at ``config_path`` loads
+    (its snapshot's selection included); raises what loading them raises."""
+    import os
+
+    from urlsieve.gateway.config import load_config
+
+    base = base_loader(load_config(config_path, env=os.environ))()
+    try:
+        info = base.info
+        return category_names(base) | (
+            set(info.meta.get("categories") or ()) if info is not None else set()
+        )
+    finally:
+        base.close()
 
 
 def resolve_selection(source: Filter, categories: Sequence[str]) -> list[str]:

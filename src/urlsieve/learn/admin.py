@@ -35,6 +35,7 @@ from urlsieve.learn.overlay import (
     site_report,
 )
 from urlsieve.learn.verdicts import SOURCES, Learned, open_verdicts, rule_key
+from urlsieve.rules.categories import resolve
 from urlsieve.rules.model import Rule, parse_rule
 
 __all__ = [
@@ -197,6 +198,7 @@ class LearnAdmin:
         settings.directory.mkdir(parents=True, exist_ok=True)
         self.store = open_verdicts(settings.verdicts_spec)
         self._write_lock = threading.Lock()
+        self._list_categories: frozenset[str] | None = None
 
     @classmethod
     def from_config(cls, path: str) -> LearnAdmin:
@@ -348,7 +350,25 @@ class LearnAdmin:
         built = build_overlay(self.store, s.tree, s.overlay, promote_after=s.promote_after)
         return built.rules, built.seconds
 
+    def list_categories(self) -> frozenset[str]:
+        """The category names of the gateway's own lists, read once (none when the
+        configuration has no lists or they cannot be read: names stay as written)."""
+        if self._list_categories is None:
+            from urlsieve.gateway.ruleset import configured_category_names
+
+            try:
+                found = configured_category_names(self.settings.source_file)
+            except Exception:  # an override needs no lists; only the spelling is at stake
+                found = set()
+            self._list_categories = frozenset(found)
+        return self._list_categories
+
     def override(self, url: str, action: str, category: str | None, note: str) -> dict[str, Any]:
+        """Allow or block ``url`` whatever is learned. A block's category is spelled as the
+        gateway's lists spell it when it names one of theirs ignoring case (``Gambling`` is
+        UT1's ``gambling``); another name is a category of its own."""
+        if action == "block" and isinstance(category, str):
+            category = resolve(category, self.list_categories()) or category
         verdict = make_override(url, action, category, note)
         with self._write_lock:
             self.store.put([verdict])
