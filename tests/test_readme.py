@@ -85,3 +85,13 @@ def test_readme_example_runs(
     if "fresh" in namespace:
         assert namespace["fresh"] == ["http://example.com/a", "http://example.com/b"]
     assert os.getcwd() == str(tmp_path)
+
+
+def test_the_configuration_reference_names_every_variable() -> None:
+    """Every ``URLSIEVE_*`` variable the gateway reads is in docs/configuration.md."""
+    from urlsieve.gateway.config import _OPTIONS
+
+    text = (ROOT / "docs" / "configuration.md").read_text("utf-8")
+    documented = set(re.findall(r"URLSIEVE_[A-Z_]+", text))
+    read = {variable for _section, _key, variable, _kind in _OPTIONS.values()}
+    assert read - documented == set()
