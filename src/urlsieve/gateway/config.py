@@ -387,11 +387,11 @@ def _convert(name: str, kind: str, value: Any, where: str, base: Path | None) ->
         return value
     if kind == "bool":
         if isinstance(value, str):  # environment
-            lowered = value.strip().lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
+            from urlsieve.store.spec import parse_flag
+
+            flag = parse_flag(value.strip())
+            if flag is not None:
+                return flag
         if not isinstance(value, bool):
             raise bad("true or false")
         return value

@@ -28,6 +28,7 @@ __all__ = [
     "StoreSpec",
     "cast_param",
     "cast_params",
+    "parse_flag",
     "parse_spec",
     "resolve_spec",
 ]
@@ -76,17 +77,27 @@ def resolve_spec(spec: str, base: str | os.PathLike[str] | None) -> str:
     return f"{backend}:{os.path.join(base, location)}{mark}{query}"
 
 
+def parse_flag(text: str) -> bool | None:
+    """A yes/no written as text (``1``/``true``/``yes``/``on`` and their opposites, any
+    case): the spec parameters' and the environment's spelling of a boolean; None for
+    anything else."""
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    return None
+
+
 def cast_param(kind: type, key: str, value: str, spec: str, *, what: str = "store spec") -> Any:
     """A spec's ``key=value`` parameter as ``kind`` (bool, int, float or str), or a
     :class:`ConfigError` naming the spec (``what``: the kind of spec, for the message)."""
     try:
         if kind is bool:
-            lowered = value.lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
+            flag = parse_flag(value)
+            if flag is None:
+                raise ValueError(value)
+            return flag
         if kind is int:
             return int(float(value)) if "e" in value.lower() else int(value.replace("_", ""))
         return kind(value)
