@@ -95,7 +95,7 @@ def test_import_does_no_io_and_loads_no_suffix_list() -> None:
     code = (
         "import sys, urlsieve; "
         "print('publicsuffixlist' in sys.modules and "
-        "urlsieve.url.expressions._suffix_list.cache_info().currsize)"
+        "urlsieve.url.expressions.suffix_list.cache_info().currsize)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() in ("False", "0")

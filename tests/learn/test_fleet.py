@@ -21,7 +21,6 @@ from tests.seen.valkey_fixtures import ServerProcess
 from urlsieve.filter import Filter
 from urlsieve.learn.queue import Sighting, open_queue
 from urlsieve.learn.verdicts import open_verdicts, rule_key
-from urlsieve.learn.verdicts_valkey import ValkeyVerdicts
 
 PHRASES = Path(__file__).parent / "data" / "phrases"
 COUNT = 24
@@ -134,7 +133,7 @@ def test_two_helpers_two_learners_one_killed_nothing_lost(
             b_log[-2000:],
         )
         keys = {rule_key(u)[0] for u in urls}
-        with ValkeyVerdicts(verdicts_spec) as shared:
+        with open_verdicts(verdicts_spec) as shared:
             stored = {v.key: v for v in shared.all()}
         assert set(stored) == keys  # every queued URL classified, into the shared store
         assert all(stored[rule_key(u)[0]].action == ("block" if i % 2 else "allow")

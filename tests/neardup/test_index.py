@@ -275,7 +275,7 @@ def test_specs(tmp_path: Path, valkey_server: ServerProcess) -> None:
         assert index.query(7) == [("a", 0)]
     drop_prefix([valkey_server], prefix)
     for spec, message in [
-        ("mem:", "unknown backend 'mem'"),
+        ("mem:", "unknown near-duplicate index backend 'mem'"),
         ("memory:?k=x", "k='x' is not a valid int"),
         ("memory:?k=9", "k must be 0..8"),
         ("memory:?prefix=a", "unknown parameter 'prefix' for memory"),

@@ -24,11 +24,19 @@ from typing import Any, Protocol
 
 from urlsieve.exceptions import InvalidURL, LearnError, QueueCorrupt, QueueUnavailable
 from urlsieve.store import sqlite
-from urlsieve.store.spec import Backend
-from urlsieve.store.valkey import is_server_url
+from urlsieve.store.spec import Backend, Registry
+from urlsieve.store.valkey import SERVER_SCHEMES, is_server_url
 from urlsieve.url import CRAWLER, canonicalize, parse_url
 
-__all__ = ["SOURCES", "Learned", "VerdictStore", "Verdicts", "open_verdicts", "rule_key"]
+__all__ = [
+    "SOURCES",
+    "VERDICT_BACKENDS",
+    "Learned",
+    "VerdictStore",
+    "Verdicts",
+    "open_verdicts",
+    "rule_key",
+]
 
 #: Where a verdict comes from, weakest first.
 SOURCES = ("learned", "redirect", "override")
@@ -290,16 +298,33 @@ class Verdicts(Protocol):
     def close(self) -> None: ...
 
 
+#: Verdict store backends by spec prefix: ``sqlite:PATH`` (a bare path too) and the
+#: Valkey family (loaded when named: no import circle, and only with the extra).
+VERDICT_BACKENDS: Registry[Verdicts] = Registry(
+    "verdict store spec",
+    {
+        "sqlite": Backend("urlsieve.learn.verdicts:VerdictStore", {}),
+        **{
+            scheme: Backend(
+                "urlsieve.learn.verdicts_valkey:ValkeyVerdicts",
+                {"prefix": str, "timeout": float},
+                extra="valkey",
+                server=True,
+            )
+            for scheme in SERVER_SCHEMES
+        },
+    },
+)
+
+
 def open_verdicts(spec: str | Path) -> Verdicts:
     """The verdict store ``spec`` names: a ``valkey://`` (``valkeys://``, ``redis://``,
-    ``rediss://``, ``unix://``) URL shared by a fleet, else the path of a SQLite file
-    (``sqlite:PATH`` too). The Valkey backend is loaded when named (no import circle)."""
+    ``rediss://``, ``unix://``) URL shared by a fleet (``?prefix=``, default
+    ``urlsieve:learned``), else a SQLite file: ``sqlite:PATH`` or the bare path."""
     text = str(spec)
-    if is_server_url(text):
-        opener = Backend("urlsieve.learn.verdicts_valkey:ValkeyVerdicts", {}, extra="valkey")
-        found: Verdicts = opener.opener()(text)
-        return found
-    return VerdictStore(text.removeprefix("sqlite:"))
+    if is_server_url(text) or text.startswith("sqlite:"):
+        return VERDICT_BACKENDS.open(text)
+    return VerdictStore(text)
 
 
 def _damaged(path: str, exc: sqlite3.DatabaseError) -> QueueCorrupt:

@@ -18,9 +18,8 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from urlsieve.exceptions import ConfigError, LearnError, QueueUnavailable
+from urlsieve.exceptions import LearnError, QueueUnavailable
 from urlsieve.learn.verdicts import Learned, rule_key
 from urlsieve.store import valkey as valkey_store
 
@@ -58,14 +57,9 @@ return n
 class ValkeyVerdicts:
     """Verdicts in a Valkey hash (``valkey://host:port/db?prefix=urlsieve:learned``)."""
 
-    def __init__(self, spec: str, *, timeout: float = 5.0) -> None:
-        parts = urlsplit(spec)
-        params = parse_qs(parts.query)
-        prefix = params.pop("prefix", ["urlsieve:learned"])[-1]
-        if params:
-            raise ConfigError(f"{spec!r}: unknown parameter(s) {', '.join(sorted(params))}")
-        self.url = urlunsplit(parts._replace(query=""))
-        self.path = spec  # how errors and logs name the store
+    def __init__(self, url: str, *, prefix: str = "urlsieve:learned", timeout: float = 5.0) -> None:
+        self.url = url
+        self.path = f"{url}?prefix={prefix}"  # how errors and logs name the store
         self._client: Any = valkey_store.connect(self.url, what=_WHAT, timeout=timeout)
         tag = "{" + prefix + "}"
         self._hash, self._version = f"{tag}:verdicts", f"{tag}:version"

@@ -49,7 +49,8 @@ from urlsieve._bits import bit_counts
 from urlsieve.exceptions import ConfigError, StoreClosed, StoreCorrupt
 from urlsieve.store.base import ClosingStore
 from urlsieve.store.files import os_error
-from urlsieve.store.spec import cast_params, parse_spec
+from urlsieve.store.spec import Backend, Registry
+from urlsieve.store.valkey import SERVER_SCHEMES
 
 __all__ = ["FileIndex", "MemoryIndex", "NearDupIndex", "ValkeyIndex", "open_index"]
 
@@ -693,7 +694,32 @@ _SERVER_PARAMS: dict[str, type] = {
     "timeout": float,
     "retries": int,
 }
-_SERVER_SCHEMES = ("valkey", "valkeys", "redis", "rediss", "unix")
+
+
+def open_memory(location: str, **options: Any) -> MemoryIndex:
+    """``memory:``: an index in this process (the location is not used)."""
+    return MemoryIndex(**options)
+
+
+def open_file(location: str, **options: Any) -> FileIndex:
+    """``file:PATH``: an index in a file shared by processes."""
+    if not location:
+        raise ConfigError("near-duplicate index spec: write file:PATH")
+    return FileIndex(location, **options)
+
+
+#: Near-duplicate index backends by spec prefix (register third-party ones here).
+INDEX_BACKENDS: Registry[MemoryIndex | FileIndex | ValkeyIndex] = Registry(
+    "near-duplicate index spec",
+    {
+        "memory": Backend("urlsieve.neardup.index:open_memory", _LOCAL_PARAMS),
+        "file": Backend("urlsieve.neardup.index:open_file", _LOCAL_PARAMS),
+        **{
+            scheme: Backend("urlsieve.neardup.index:ValkeyIndex", _SERVER_PARAMS, server=True)
+            for scheme in SERVER_SCHEMES
+        },
+    },
+)
 
 
 def open_index(spec: str, **overrides: Any) -> MemoryIndex | FileIndex | ValkeyIndex:
@@ -703,26 +729,4 @@ def open_index(spec: str, **overrides: Any) -> MemoryIndex | FileIndex | ValkeyI
     more blocks make more tables and faster queries at a larger ``k``), and for
     servers ``prefix``, ``timeout`` and ``retries``; keyword ``overrides`` win.
     """
-    parsed = parse_spec(spec)
-    backend = parsed.backend
-    if backend in ("memory", "file"):
-        allowed = _LOCAL_PARAMS
-    elif backend in _SERVER_SCHEMES:
-        allowed = _SERVER_PARAMS
-    else:
-        raise ConfigError(
-            f"near-duplicate index spec {spec!r}: unknown backend {backend!r} "
-            f"(memory, file, {', '.join(_SERVER_SCHEMES)})"
-        )
-    what = "near-duplicate index spec"
-    options = cast_params(parsed.params.items(), allowed, spec, what=what, backend=backend)
-    options.update(overrides)
-    if backend == "memory":
-        return MemoryIndex(**options)
-    if backend == "file":
-        if not parsed.location:
-            raise ConfigError(f"near-duplicate index spec {spec!r}: write file:PATH")
-        return FileIndex(parsed.location, **options)
-    if not parsed.location.startswith("//"):
-        raise ConfigError(f"{spec!r}: write {backend}://host:port/db (or unix:///path.sock)")
-    return ValkeyIndex(f"{backend}:{parsed.location}", **options)
+    return INDEX_BACKENDS.open(spec, **overrides)

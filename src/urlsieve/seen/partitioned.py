@@ -44,7 +44,7 @@ from urlsieve.seen.base import ClosingStore, StoreStats
 from urlsieve.seen.exact import ExactStore
 from urlsieve.store.files import os_error
 from urlsieve.url import FILTER, Profile, canonicalize
-from urlsieve.url.expressions import _suffix_list
+from urlsieve.url.expressions import suffix_list
 
 __all__ = ["PartitionedStore", "domain_key"]
 
@@ -76,7 +76,7 @@ def domain_key(host: str, *, is_ip: bool = False) -> str:
     """The registrable domain a host belongs to (itself for an IP or a bare public suffix)."""
     if is_ip:
         return host
-    return _suffix_list().privatesuffix(host) or host
+    return suffix_list().privatesuffix(host) or host
 
 
 class PartitionedStore(ClosingStore):

@@ -18,22 +18,24 @@ __all__ = [
     "learning_domain",
     "lookup_expressions",
     "path_prefixes",
+    "suffix_list",
 ]
 
 
 @functools.cache
-def _suffix_list() -> PublicSuffixList:
+def suffix_list() -> PublicSuffixList:
+    """The Public Suffix List's ICANN section, loaded once (on first use, not at import)."""
     # ICANN section only: a private suffix such as github.io stays blockable as a whole.
     return PublicSuffixList(only_icann=True)
 
 
 def is_public_suffix(host: str) -> bool:
     """True for a bare public suffix (``com``, ``co.uk``) of the ICANN section of the PSL."""
-    return bool(_suffix_list().is_public(host))
+    return bool(suffix_list().is_public(host))
 
 
 @functools.cache
-def _full_suffix_list() -> PublicSuffixList:
+def _fullsuffix_list() -> PublicSuffixList:
     # Both sections: a private suffix (github.io) is a shared platform, each of its
     # users (user.github.io) a site of its own.
     return PublicSuffixList()
@@ -53,7 +55,7 @@ def learning_domain(host: str) -> str:
     host = host.lower().rstrip(".")
     if not host or host.startswith("[") or _looks_numeric(host):
         return host
-    found = _full_suffix_list().privatesuffix(host)
+    found = _fullsuffix_list().privatesuffix(host)
     return found if found else host
 
 
@@ -66,7 +68,7 @@ def _looks_numeric(host: str) -> bool:
 @functools.lru_cache(maxsize=1 << 16)
 def _domain_suffixes(host: str) -> tuple[str, ...]:
     labels = host.split(".")
-    public = _suffix_list().publicsuffix(host)
+    public = suffix_list().publicsuffix(host)
     public_labels = public.count(".") + 1 if public else 1
     return (host, *(".".join(labels[i:]) for i in range(1, len(labels) - public_labels)))
 
@@ -118,7 +120,7 @@ def _iter_host_suffixes(host: str, is_ip: bool) -> Iterator[str]:
     if is_ip or host.startswith("["):
         yield host
         return
-    public = _suffix_list().publicsuffix(host)
+    public = suffix_list().publicsuffix(host)
     count = host.count(".") + 1 - (public.count(".") + 1 if public else 1)
     yield host
     at = host.find(".")
