@@ -26,12 +26,13 @@ from __future__ import annotations
 import builtins
 from typing import Any, Protocol
 
-from urlsieve.learn.verdicts import SOURCES
-
 __all__ = ["ACTIONS", "SOURCES", "LearnReview"]
 
 #: What an override does.
 ACTIONS = ("allow", "block")
+#: Where a verdict comes from, weakest first (``?source=`` of ``GET /v1/learn/verdicts``;
+#: the learner's verdict store keeps these).
+SOURCES = ("learned", "redirect", "override")
 
 
 class LearnReview(Protocol):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from urlsieve.exceptions import InvalidURL, LearnError, QueueCorrupt, QueueUnavailable
+from urlsieve.gateway.learning import SOURCES
 from urlsieve.store import sqlite
 from urlsieve.store.spec import Backend, Registry
 from urlsieve.store.valkey import SERVER_SCHEMES, is_server_url
@@ -37,9 +38,6 @@ __all__ = [
     "open_verdicts",
     "rule_key",
 ]
-
-#: Where a verdict comes from, weakest first.
-SOURCES = ("learned", "redirect", "override")
 
 #: What a provenance comment must not carry (C0 and C1 controls, DEL).
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
