@@ -237,7 +237,12 @@ def main(argv: list[str] | None = None) -> int:
             categories = [available[c] for c in CATEGORIES if c in available]
             data = f"UT1 ({len(categories)} categories)"
         else:
-            categories = generated_tree(work / "gen", 200_000, 50_000)[:15]
+            # made-up entries under UT1's names: the policy's ACLs name those categories
+            generated = generated_tree(work / "gen", 200_000, 50_000)
+            categories = [
+                made.rename(made.with_name(name))
+                for made, name in zip(generated, CATEGORIES, strict=False)
+            ]
             data = "generated categories (../shared/data absent)"
         conf = write_policy(work, categories)
         started = time.perf_counter()
