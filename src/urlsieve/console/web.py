@@ -41,7 +41,6 @@ from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from starlette.routing import Route
 
 from urlsieve.console import charts
 from urlsieve.console.auth import RateLimit, Session, Sessions, sign, signed, verify_password
@@ -53,13 +52,15 @@ from urlsieve.policy.clients import AddressSet, parse_address
 from urlsieve.policy.engine import BLOCK, WARN, PolicyEngine, Who, explain_decision, parse_when
 
 if TYPE_CHECKING:
+    from urlsieve.gateway.api.openapi import Endpoint
+    from urlsieve.gateway.api.state import ServiceState
     from urlsieve.gateway.config import GatewayConfig
     from urlsieve.gateway.learning import LearnReview
-    from urlsieve.gateway.service import ServiceState
 
 __all__ = ["Console", "PAGE_CSP", "CONSOLE_CSP"]
 
 HERE = Path(__file__).parent
+Handler = Callable[[Request], Awaitable[Response]]
 #: The block pages: no script at all; forms may post anywhere (continue redirects away).
 PAGE_CSP = "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; " + (
     "base-uri 'none'"
@@ -241,62 +242,54 @@ class Console:
             url=None,
         )
 
-    def routes(self) -> list[Route]:
+    def endpoints(self) -> list[Endpoint]:
+        """The pages, for the service's routes and its OpenAPI document (HTML, not an API)."""
+        from urlsieve.gateway.api.openapi import Endpoint, Param, form_body, html_page
+
         page = self._page
+        html = {"200": html_page("an HTML page")}
+        done = {**html, "303": {"description": "done: see Location"}}
+
+        def get(path: str, handler: Handler, summary: str, **fields: Any) -> Endpoint:
+            return Endpoint(path, "GET", handler, summary, html, raw=True, **fields)
+
+        def post(path: str, handler: Handler, summary: str) -> Endpoint:
+            return Endpoint(path, "POST", handler, summary, done, body=form_body(), raw=True)
+
+        name = Param("name", "page.css or live.js", where="path")
+        filters = tuple(
+            Param(n, f"only this {n}") for n in ("client", "group", "category", "action")
+        )
+        after = {"type": "integer", "minimum": 0}
         return [
-            Route("/static/urlsieve/{name}", self.static_file, methods=["GET"]),
-            Route("/block", page(self.block_page), methods=["GET"]),
-            Route("/block/review", page(self.block_review), methods=["POST"]),
-            Route("/console", self.to_console, methods=["GET"]),
-            Route("/console/", page(self.live_page, console=True), methods=["GET"]),
-            Route("/console/events", page(self.events, console=True), methods=["GET"]),
-            Route("/console/login", page(self.login_page, console=True), methods=["GET"]),
-            Route("/console/login", page(self.login, console=True), methods=["POST"]),
-            Route("/console/logout", page(self.logout, console=True), methods=["POST"]),
-            Route("/console/explain", page(self.explain_page, console=True), methods=["GET"]),
-            Route("/console/review", page(self.review_page, console=True), methods=["GET"]),
-            Route("/console/review", page(self.review_action, console=True), methods=["POST"]),
-            Route("/console/policy", page(self.policy_page, console=True), methods=["GET"]),
-        ]
-
-    @staticmethod
-    def openapi_paths() -> dict[str, Any]:
-        """The pages, for the service's OpenAPI document (HTML, not an API)."""
-
-        def page(summary: str, *, form: bool = False) -> dict[str, Any]:
-            op: dict[str, Any] = {
-                "summary": summary,
-                "responses": {"200": {"description": "an HTML page", "content": {"text/html": {}}}},
-            }
-            if form:
-                op["requestBody"] = {"content": {"application/x-www-form-urlencoded": {}}}
-                op["responses"]["303"] = {"description": "done: see Location"}
-            return op
-
-        return {
-            "/block": {"get": page("The block page family for ?url= and this client")},
-            "/block/review": {"post": page("A review request ('this is wrong')", form=True)},
-            "/static/urlsieve/{name}": {"get": page("The pages' stylesheet and script")},
-            "/console": {"get": page("Redirects to /console/")},
-            "/console/": {"get": page("The live view of decisions, with charts")},
-            "/console/events": {"get": page("The live view's new decisions (JSON; a session)")},
-            "/console/login": {
-                "get": page("The console's login"),
-                "post": page("Log in (password or service token)", form=True),
-            },
-            "/console/logout": {"post": page("Log out", form=True)},
-            "/console/explain": {"get": page("Explain a URL for a client and time")},
-            "/console/review": {
-                "get": page("The review queue"),
-                "post": page("Approve, override, forget, allow or dismiss", form=True),
-            },
-            "/console/policy": {"get": page("The policy as loaded")},
-        }
+            get("/static/urlsieve/{name}", self.static_file, "The pages' stylesheet and script",
+                params=(name,)),
+            get("/block", page(self.block_page), "The block page family for ?url= and this client",
+                params=(Param("url", "the URL the gateway decided on", required=True),)),
+            post("/block/review", page(self.block_review), "A review request ('this is wrong')"),
+            get("/console", self.to_console, "Redirects to /console/"),
+            get("/console/", page(self.live_page, console=True),
+                "The live view of decisions, with charts", params=filters),
+            get("/console/events", page(self.events, console=True),
+                "The live view's new decisions (JSON; a session)",
+                params=(Param("after", "the last event seen", schema=after), *filters)),
+            get("/console/login", page(self.login_page, console=True), "The console's login"),
+            post("/console/login", page(self.login, console=True),
+                 "Log in (password or service token)"),
+            post("/console/logout", page(self.logout, console=True), "Log out"),
+            get("/console/explain", page(self.explain_page, console=True),
+                "Explain a URL for a client and time",
+                params=tuple(Param(n, f"the form's {n}") for n in ("url", "client", "user", "at"))),
+            get("/console/review", page(self.review_page, console=True), "The review queue"),
+            post("/console/review", page(self.review_action, console=True),
+                 "Approve, override, forget, allow or dismiss"),
+            get("/console/policy", page(self.policy_page, console=True), "The policy as loaded"),
+        ]  # fmt: skip
 
     def _page(
         self, handler: Callable[[Request], Awaitable[Response]], *, console: bool = False
     ) -> Callable[[Request], Awaitable[Response]]:
-        from urlsieve.gateway.service import ApiError
+        from urlsieve.gateway.api.errors import ApiError
 
         async def endpoint(request: Request) -> Response:
             try:
@@ -332,20 +325,20 @@ class Console:
 
     @staticmethod
     def _state(request: Request) -> ServiceState:
-        from urlsieve.gateway.service import _state
+        from urlsieve.gateway.api.state import _state
 
         return _state(request)
 
     def _page_who(self, request: Request) -> Who:
         """Who opened the page: the peer, or what a trusted proxy's header says. The query
         is not read (the redirect's ``client=`` is the client's own claim)."""
-        from urlsieve.gateway.service import _who
+        from urlsieve.gateway.api.reading import _who
 
         bare = Request({**request.scope, "query_string": b""})
         return _who(bare, self._state(request))
 
     def _console_peer(self, request: Request) -> str:
-        from urlsieve.gateway.service import _peer
+        from urlsieve.gateway.api.reading import _peer
 
         peer = _peer(request, self._state(request))
         if peer is None or peer not in self.clients:
@@ -360,7 +353,7 @@ class Console:
         """The urlencoded form, each field at most once (UTF-8), from this site's pages."""
         from dataclasses import replace
 
-        from urlsieve.gateway.service import _read_body
+        from urlsieve.gateway.api.reading import _read_body
 
         fetched_from = request.headers.get("sec-fetch-site")
         if fetched_from is not None and fetched_from not in ("same-origin", "none"):
@@ -388,7 +381,7 @@ class Console:
 
     def _facts(self, state: ServiceState, url: str, who: Who) -> dict[str, Any]:
         """What the gateway does with ``url`` for ``who`` now, in words."""
-        from urlsieve.gateway.service import _filter_of, _loaded
+        from urlsieve.gateway.api.state import _filter_of, _loaded
 
         loaded = _loaded(state)
         facts: dict[str, Any] = {"group": None, "evidence": [], "category": None}
@@ -497,7 +490,8 @@ class Console:
         )
 
     async def block_page(self, request: Request) -> Response:
-        from urlsieve.gateway.service import _url_param, confirmation
+        from urlsieve.gateway.api.pages import confirmation
+        from urlsieve.gateway.api.reading import _url_param
 
         state = self._state(request)
         url = _url_param(request)
@@ -696,7 +690,7 @@ class Console:
     # -- console pages ------------------------------------------------------------------
 
     def _filters(self, request: Request) -> dict[str, str]:
-        from urlsieve.gateway.service import _one_query
+        from urlsieve.gateway.api.reading import _one_query
 
         out = {}
         for name in ("client", "group", "category", "action"):
@@ -761,7 +755,7 @@ class Console:
         return out
 
     async def events(self, request: Request) -> Response:
-        from urlsieve.gateway.service import _count_param
+        from urlsieve.gateway.api.reading import _count_param
 
         if self._session(request) is None:
             return JSONResponse({"error": "unauthorized", "detail": "log in"}, status_code=401)
@@ -778,7 +772,7 @@ class Console:
         )
 
     async def explain_page(self, request: Request) -> Response:
-        from urlsieve.gateway.service import _one_query
+        from urlsieve.gateway.api.reading import _one_query
 
         session = self._session(request)
         if session is None:
@@ -809,7 +803,7 @@ class Console:
         )
 
     def _explain(self, state: ServiceState, form: dict[str, str]) -> dict[str, Any]:
-        from urlsieve.gateway.service import _filter_of, _loaded
+        from urlsieve.gateway.api.state import _filter_of, _loaded
 
         loaded = _loaded(state)
         url = form["url"]
@@ -874,7 +868,7 @@ class Console:
         )
 
     async def review_action(self, request: Request) -> Response:
-        from urlsieve.gateway.service import _after_write
+        from urlsieve.gateway.api.learn import _after_write
 
         session = self._session(request)
         if session is None:
@@ -935,8 +929,8 @@ class Console:
         return done
 
     async def policy_page(self, request: Request) -> Response:
+        from urlsieve.gateway.api.state import _filter_of, _loaded
         from urlsieve.gateway.ruleset import rules_info
-        from urlsieve.gateway.service import _filter_of, _loaded
 
         session = self._session(request)
         if session is None:
