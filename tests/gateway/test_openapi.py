@@ -260,3 +260,20 @@ def test_a_declared_endpoint_is_routed_and_documented() -> None:
     doc = api.document(None)
     validate(doc)
     assert doc["paths"] == {"/v1/echo": {"post": endpoint.operation()}}
+
+
+def test_the_service_module_keeps_the_names_it_had_before_the_split() -> None:
+    """Code written against urlsieve.gateway.service still imports from it."""
+    names = [
+        "ApiError", "CONFIRM_SECONDS", "INLINE_BATCH", "INLINE_CHARS", "LEARN_PAGE",
+        "LEARN_PATHS", "MAX_BATCH", "MAX_CONFIRM_BODY", "MAX_LEARN_OFFSET", "MAX_LEARN_PAGE",
+        "MAX_NUMBER_DIGITS", "MIN_CHECK_SECONDS", "NOTICE_SECONDS", "OPENAPI", "Reloader",
+        "SeenResult", "ServiceLimits", "ServiceState", "check_batch", "check_one",
+        "confirmation", "continue_key", "continue_page", "continue_warned", "create_app",
+        "decision_json", "explain", "explanation_json", "healthz", "invalid_url_json",
+        "learn_allow", "learn_block", "learn_forget", "learn_verdict", "learn_verdicts",
+        "metrics", "pending", "reload", "rule_json", "seen", "verdict_json",
+    ]  # fmt: skip
+    missing = [name for name in names if not hasattr(service, name)]
+    assert not missing
+    assert not [name for name in names if inspect.ismodule(getattr(service, name))]

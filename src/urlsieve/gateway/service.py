@@ -63,7 +63,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from urlsieve.exceptions import ConfigError, StoreError
 from urlsieve.filter import Filter
-from urlsieve.gateway.api import check, learn, ops, pages, seen
+from urlsieve.gateway.api import check as checks
+from urlsieve.gateway.api import learn as learning
+from urlsieve.gateway.api import ops as running
+from urlsieve.gateway.api import pages as browser_pages
+from urlsieve.gateway.api import seen as seen_store
 from urlsieve.gateway.api.check import (
     _check_batch,
     _count,
@@ -134,7 +138,7 @@ from urlsieve.gateway.api.reading import (
     _url_param,
     _who,
 )
-from urlsieve.gateway.api.seen import SeenResult, _seen_batch, _seen_op
+from urlsieve.gateway.api.seen import SeenResult, _seen_batch, _seen_op, seen
 from urlsieve.gateway.api.state import (
     MIN_CHECK_SECONDS,
     NOTICE_SECONDS,
@@ -163,7 +167,7 @@ from urlsieve.seen import open_seen
 
 __all__ = ["MAX_BATCH", "ServiceLimits", "ServiceState", "create_app"]
 
-# What moved to urlsieve.gateway.api and is still imported from here (the console, tests,
+# What moved to urlsieve.gateway.api and may still be imported from here (tests, and
 # code written against this module before the split).
 _MOVED = (
     ApiError, CONFIRM_SECONDS, INLINE_BATCH, INLINE_CHARS, LEARN_PAGE, MAX_CONFIRM_BODY,
@@ -175,16 +179,22 @@ _MOVED = (
     _seen_op, _state, _stream, _url_list, _url_param, _warning, _who, _within_burst, _wrap,
     check_batch, check_one, confirmation, continue_page, continue_warned, decision_json,
     explain, explanation_json, healthz, invalid_url_json, learn_allow, learn_block,
-    learn_forget, learn_verdict, learn_verdicts, metrics, pending, reload, rule_json,
+    learn_forget, learn_verdict, learn_verdicts, metrics, pending, reload, rule_json, seen,
     verdict_json,
 )  # fmt: skip
 
 #: The service's endpoints, in the order of its routes (the console's pages come after).
-ENDPOINTS: tuple[Endpoint, ...] = (*check.API, *pages.API, *seen.API, *learn.API, *ops.API)
+ENDPOINTS: tuple[Endpoint, ...] = (
+    *checks.API,
+    *browser_pages.API,
+    *seen_store.API,
+    *learning.API,
+    *running.API,
+)
 _ENDPOINTS = Api(ENDPOINTS).paths()
 #: The document without the learn endpoints and the console's pages, and the learn paths.
 OPENAPI: dict[str, Any] = Api(ENDPOINTS).document(None)
-LEARN_PATHS: dict[str, Any] = paths_of(learn.API)
+LEARN_PATHS: dict[str, Any] = paths_of(learning.API)
 
 
 class _Timing:
