@@ -277,3 +277,16 @@ def test_the_service_module_keeps_the_names_it_had_before_the_split() -> None:
     missing = [name for name in names if not hasattr(service, name)]
     assert not missing
     assert not [name for name in names if inspect.ismodule(getattr(service, name))]
+
+
+@pytest.mark.parametrize("op", ["allow", "block", "forget"])
+def test_a_learn_write_documents_the_fields_it_takes(op: str) -> None:
+    """The body schema of ``/v1/learn/<op>`` names the fields the handler accepts (it
+    refuses any other)."""
+    from urlsieve.gateway.api.learn import _LEARN_FIELDS
+
+    (endpoint,) = (e for e in ENDPOINTS if e.path == f"/v1/learn/{op}")
+    assert endpoint.body is not None
+    schema = endpoint.body["content"]["application/json"]["schema"]
+    assert set(schema["properties"]) == set(_LEARN_FIELDS[op])
+    assert schema["additionalProperties"] is False and schema["required"] == ["url"]
