@@ -37,7 +37,6 @@ COMPILED_PATHS: dict[str, str] = {
     "table_place": "snapshot tables (compile)",
     "compile_lines": "list reading (compile)",
     "snapshot_match": "rule lookup (match_many)",
-    "snapshot_check": "rule lookup (check_many)",
     "snapshot_verdicts": "verdicts without rules (check_many)",
     "policy_decide": "policy batches (pass-list walk)",
     "snapshot_rules": "rule records",

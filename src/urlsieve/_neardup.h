@@ -1,6 +1,6 @@
 /* Near-duplicate documents: the SimHash of a text, and the near-duplicate index's table walk.
  *
- * Included once by _speedups.c (which brings Python.h, stdint.h and _xxh3.h); everything here
+ * Included once by _sp_neardup.c, after _speedups.h (Python.h, stdint.h, _xxh3.h); all here
  * is static. The pure-Python references are urlsieve/neardup/simhash.py (_vote, _features,
  * _token_bytes) and urlsieve/neardup/index.py (_Tables._lookup_py), held equal by
  * tests/neardup/test_neardup_speedups.py.

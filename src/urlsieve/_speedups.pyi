@@ -41,18 +41,6 @@ def squid_scan(
 def snapshot_match(
     image: Any, layout: Any, urls: list[Any], mask: Any, out: Any, /, *rest: Any
 ) -> None: ...
-def snapshot_check(
-    image: Any,
-    layout: Any,
-    urls: list[Any],
-    mask: Any,
-    cache_ids: Any,
-    cache_rules: list[Any],
-    verdict_type: Any,
-    none: Any,
-    action_at: int,
-    /,
-) -> tuple[list[Any], list[tuple[int, int, str]], list[int]]: ...
 def canonical_hashes(
     urls: list[str], allow_query: bool, bits: int, out: Any, keep_port: bool, /
 ) -> list[int]: ...

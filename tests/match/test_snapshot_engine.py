@@ -7,7 +7,6 @@ import contextlib
 import gc
 import random
 import threading
-from array import array
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,7 @@ from tests.needs import missing
 from urlsieve import Filter, InvalidURL, parse_url
 from urlsieve._accel import speedups
 from urlsieve.match import HashMatcher, Verdict
-from urlsieve.match.snapshot import _ONE_RULE, RuleCache, SnapshotBuilder, SnapshotMatcher
+from urlsieve.match.snapshot import _ONE_RULE, SnapshotBuilder, SnapshotMatcher
 from urlsieve.rules.model import ALLOW, BLOCK, Rule, RuleSyntaxError, parse_rule
 
 
@@ -425,7 +424,7 @@ def test_mask_rows_are_checked_by_the_compiled_entry_point() -> None:
         fn(view, layout, urls, masks, out, None, np.array([0, 0], dtype=np.int64))
 
 
-# -- check_many in C (snapshot_check; reference: check_many's Python body) -----------------
+# -- check_many in C (snapshot_verdicts; reference: check_many's Python body) --------------
 
 
 def _python_check_many(
@@ -442,9 +441,9 @@ def _python_check_many(
 
 
 def _compiled_check() -> Any:
-    fn = getattr(speedups, "snapshot_check", None)
+    fn = getattr(speedups, "snapshot_verdicts", None)
     if fn is None:
-        missing("urlsieve._speedups lacks snapshot_check: a stale build (urlsieve doctor)")
+        missing("urlsieve._speedups lacks snapshot_verdicts: a stale build (urlsieve doctor)")
     return fn
 
 
@@ -492,170 +491,9 @@ def test_check_many_in_c_equals_the_python_loop(
     assert all(type(v) is Verdict for v in got)  # type: ignore[union-attr]
 
 
-def test_the_rule_cache_probe_is_the_same_in_c_and_python() -> None:
-    """RuleCache (the reference) and snapshot_check agree where each rule is: ids that
-    share their home slot, a cache emptied when full, a rule put twice."""
-    fn = _compiled_check()
-    n = 3000
-    matcher = SnapshotMatcher.from_rules(
-        [parse_rule(f"h{i}.example/a", BLOCK, "c0", "x", i + 1) for i in range(n)]
-    )
-    urls = [f"http://h{i}.example/a" for i in range(n)]
-    assert [matcher.rule(i).host for i in range(n)] == [f"h{i}.example" for i in range(n)]
-
-    def check(cache: RuleCache) -> tuple[list[Verdict], list[tuple[int, int, str]]]:
-        verdicts, missing_at, left = fn(
-            matcher._view, matcher._layout, urls, None, *cache.table, Verdict, "none", 1
-        )
-        assert left == []
-        return verdicts, missing_at
-
-    full = RuleCache(limit=n, bits=12)  # 4,096 slots: some ids share their home slot
-    homes = {full.slot(i) for i in range(n)}  # (an empty cache: each id's home slot)
-    assert len(homes) < n  # some ids share their home slot: probed past it
-    for i in range(n):
-        full.put(i, matcher._rule_py(i))
-    full.put(5, matcher._rule_py(5))  # twice: still one slot
-    assert len(full) == n
-    verdicts, missing_at = check(full)
-    assert missing_at == []
-    assert all(v.rule is full.get(i) and v.blocked for i, v in enumerate(verdicts))
-
-    small = RuleCache(limit=30, bits=6)
-    for i in range(40):
-        small.put(i, matcher._rule_py(i))
-    assert len(small) == 10  # emptied when the 31st came
-    verdicts, missing_at = check(small)
-    assert [at for at, _, _ in missing_at] == [*range(30), *range(40, n)]
-    assert all((rule_id, form) == (at, urls[at]) for at, rule_id, form in missing_at)
-    assert all(verdicts[at] is None for at, _, _ in missing_at)
-    assert [verdicts[i].rule for i in range(30, 40)] == [small.get(i) for i in range(30, 40)]
-    with pytest.raises(ValueError):
-        small.put(-1, matcher._rule_py(0))
-    with pytest.raises(ValueError):
-        RuleCache(limit=64, bits=6)  # no empty slot would be left to end a probe
-
-
-def test_compiled_check_refuses_misuse() -> None:
-    fn = _compiled_check()
-    matcher = SnapshotMatcher.from_rules([parse_rule("evil.com", BLOCK, "c")])
-    cache = matcher._rule_cache
-    view, layout = matcher._view, matcher._layout
-    ok = fn(
-        view,
-        layout,
-        ["http://evil.com/", "x.org"],
-        None,
-        *cache.table,
-        Verdict,
-        "none",
-        1,
-    )
-    assert ok == ([None, Verdict("none", None, "http://x.org/")], [(0, 0, "http://evil.com/")], [])
-    cache.put(0, matcher._rule_py(0))
-    (hit, _), _, _ = fn(view, layout, ["evil.com", "x.org"], None, *cache.table, Verdict, "none", 1)
-    assert hit == Verdict("block", matcher.rule(0), "http://evil.com/")
-    assert not gc.is_tracked(hit)  # it can be in no cycle: left to refcounts alone
-    tiny = array("q", [-1, -1, -1])
-    for args, error in [
-        (
-            (view, layout, ("evil.com",), None, *cache.table, Verdict, "none", 1),
-            TypeError,
-        ),
-        (
-            (
-                view,
-                layout,
-                ["evil.com"],
-                None,
-                cache.table[0],
-                tuple(cache.table[1]),
-                Verdict,
-                "none",
-                1,
-            ),
-            TypeError,
-        ),
-        ((view, layout, ["evil.com"], None, *cache.table, dict, "none", 1), TypeError),
-        (
-            (view, layout, ["evil.com"], None, *cache.table, Verdict, "none", "1"),
-            TypeError,
-        ),
-        (
-            (view, layout, ["evil.com"], None, *cache.table, Verdict, "none", 99),
-            TypeError,
-        ),
-        ((view, layout, ["evil.com"], None, tiny, [None] * 3, Verdict, "none", 1), ValueError),
-        (
-            (
-                view,
-                layout,
-                ["evil.com"],
-                None,
-                cache.table[0],
-                cache.table[1][:-2],
-                Verdict,
-                "none",
-                1,
-            ),
-            ValueError,
-        ),
-        (
-            (view, layout[:-1], ["evil.com"], None, *cache.table, Verdict, "none", 1),
-            TypeError,
-        ),
-        ((view, layout, ["evil.com"], None, *cache.table, Verdict, "none"), TypeError),
-    ]:
-        with pytest.raises(error):
-            fn(*args)
-    # A cached object that is not a rule is refused, not read.
-    cache.table[1][cache.slot(0)] = "not a rule"  # type: ignore[call-overload]
-    with pytest.raises(TypeError, match="cached rule"):
-        fn(view, layout, ["evil.com"], None, *cache.table, Verdict, "none", 1)
-    # A verdict holding a mutable object stays tracked (it could be in a cycle).
-    cache.table[1][cache.slot(0)] = ("evil.com", ["a list"])  # type: ignore[call-overload]
-    (odd,), _, _ = fn(view, layout, ["evil.com"], None, *cache.table, Verdict, "none", 1)
-    assert gc.is_tracked(odd)
-
-
-def test_the_collector_is_left_as_it_was_found() -> None:
-    """snapshot_check holds collections off while it makes a batch's verdicts: after a
-    call, a failed one too, the collector is on if it was on, and off if it was off."""
-    fn = _compiled_check()
-    matcher = SnapshotMatcher.from_rules([parse_rule("evil.com", BLOCK, "c")])
-    cache = matcher._rule_cache
-    cache.put(0, matcher._rule_py(0))
-    broken = RuleCache()
-    broken.put(0, matcher._rule_py(0))
-    broken.table[1][broken.slot(0)] = "not a rule"  # type: ignore[call-overload]
-    calls = [
-        (["evil.com", "x.org"] * 2000, cache),
-        (["x.org", "evil.com"], broken),  # refused in the loop
-    ]
-    was = gc.isenabled()
-    try:
-        for enabled in (True, False):
-            (gc.enable if enabled else gc.disable)()
-            for urls, rules in calls:
-                with contextlib.suppress(TypeError):
-                    fn(
-                        matcher._view,
-                        matcher._layout,
-                        urls,
-                        None,
-                        *rules.table,
-                        Verdict,
-                        "none",
-                        1,
-                    )
-                assert gc.isenabled() is enabled
-    finally:
-        (gc.enable if was else gc.disable)()
-
-
 def test_a_collection_the_call_could_start_changes_nothing_it_reads() -> None:
-    """snapshot_check reads its lists as they are (no copy): no collection, and so no gc
-    callback, finalizer or thread switch, may run between reading their sizes and the end
+    """snapshot_verdicts reads its list as it is (no copy): no collection, and so no gc
+    callback, finalizer or thread switch, may run between reading its size and the end
     of the call. A callback that grows or empties the URL list at the first collection
     (with a threshold that makes the call's first allocation start one) leaves it whole."""
     _compiled_check()
@@ -693,23 +531,6 @@ def test_a_collection_the_call_could_start_changes_nothing_it_reads() -> None:
         del crowd
         assert all(type(v) is Verdict for v in out)
         assert [v.blocked for v in out][:4] == [True, False, True, False]
-
-
-def test_the_cache_ids_must_be_aligned_int64s() -> None:
-    fn = _compiled_check()
-    matcher = SnapshotMatcher.from_rules([parse_rule("evil.com", BLOCK, "c")])
-    ids, rules = matcher._rule_cache.table
-    n = len(rules)
-    unaligned = memoryview(bytearray(8 * n + 1))[1:]
-    for wrong in (bytes(8 * n), array("d", [0.0]) * n, unaligned, np.zeros(n, dtype=np.uint64)):
-        with pytest.raises(ValueError, match="aligned int64"):
-            fn(matcher._view, matcher._layout, ["evil.com"], None, wrong, rules, Verdict, "none", 1)
-    ok = np.full(n, -1, dtype=np.int64)  # a numpy int64 array is as good as array("q")
-    (verdict,), missing_at, _ = fn(
-        matcher._view, matcher._layout, ["evil.com"], None, ok, rules, Verdict, "none", 1
-    )
-    assert verdict is None and missing_at == [(0, 0, "http://evil.com/")]
-    assert ids.itemsize == 8
 
 
 def test_edge_cases_answer_as_the_python_body(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -772,7 +593,6 @@ def test_rules_read_in_c_equal_the_python_reader(patterns: list[str], seed: int)
     rules = rules_from(patterns, seed)
     rules.append(parse_rule("nosource.example/x", ALLOW, "c1"))  # no source, no line
     matcher = SnapshotMatcher.from_rules(rules)
-    one_rule = SnapshotMatcher.from_rules([parse_rule("evil.com", BLOCK, "c")])
     ids = list(range(len(matcher)))
     names = (tuple(matcher._categories), tuple(matcher._sources))
     built = speedups.snapshot_rules(  # type: ignore[union-attr]
@@ -789,12 +609,6 @@ def test_rules_read_in_c_equal_the_python_reader(patterns: list[str], seed: int)
         # untracked (no field can hold a cycle): its verdicts are untracked without a
         # look at its fields, and such a verdict can still be let go by refcount alone
         assert not gc.is_tracked(rule)
-        cache = RuleCache()
-        cache.put(0, rule)  # as one_rule's rule 0: the verdict made in C holds it
-        (verdict,), _, _ = speedups.snapshot_check(  # type: ignore[union-attr]
-            one_rule._view, one_rule._layout, ["evil.com"], None, *cache.table, Verdict, "none", 1
-        )
-        assert verdict.rule is rule and not gc.is_tracked(verdict)
     assert [matcher.rule(i) for i in ids] == [matcher._rule_py(i) for i in ids]
 
 

@@ -214,29 +214,6 @@ def test_snapshot_verdicts_refuses_misuse() -> None:
     (gc.enable if was else gc.disable)()
 
 
-def test_snapshot_check_takes_the_verdict_class_too() -> None:
-    """snapshot_check (verdicts with the rules of the rule cache) makes verdicts of the
-    class of slots as it makes named tuples."""
-    if not hasattr(speedups, "snapshot_check"):
-        missing("urlsieve._speedups lacks snapshot_check: a stale build (urlsieve doctor)")
-    matcher = SnapshotMatcher.from_rules([parse_rule("evil.com", BLOCK, "c")])
-    cache = matcher._rule_cache
-    cache.put(0, matcher._rule_py(0))
-    (hit, miss), missing_at, left = speedups.snapshot_check(  # type: ignore[union-attr]
-        matcher._view,
-        matcher._layout,
-        ["evil.com", "x.org"],
-        None,
-        *cache.table,
-        Verdict,
-        "none",
-        1,
-    )
-    assert (missing_at, left) == ([], [])
-    assert type(hit) is Verdict and hit._rule is cache.get(0) and hit.blocked
-    assert miss == Verdict("none", None, "http://x.org/") and not gc.is_tracked(hit)
-
-
 def test_a_verdict_reads_its_rule_after_its_filter_is_closed(tmp_path: Path) -> None:
     """As when verdicts held their rules: a rule read after close comes from the image in
     memory, or from the file mapped again if it is the same snapshot; a snapshot replaced

@@ -7,6 +7,7 @@ regex) stays as the reference. Every string here goes through both.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -33,6 +34,33 @@ def _can_build() -> bool:
     include = Path(sysconfig.get_paths()["include"]) / "Python.h"
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     return include.exists() and shutil.which(compiler) is not None
+
+
+def _speedups_sources() -> list[Path]:
+    """The extension's C units, as setup.py lists them (SPEEDUPS_SOURCES, read without
+    running setup.py)."""
+    root = Path(parse.__file__).parents[3]
+    if not (root / "setup.py").is_file():
+        pytest.skip("not a source checkout: no setup.py to read the C units from")
+    tree = ast.parse((root / "setup.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        names = [getattr(t, "id", None) for t in getattr(node, "targets", [])]
+        if isinstance(node, ast.Assign) and names == ["SPEEDUPS_SOURCES"]:
+            return [root / name for name in ast.literal_eval(node.value)]
+    raise AssertionError("setup.py has no SPEEDUPS_SOURCES list")
+
+
+def test_setup_builds_every_c_unit_of_the_extension() -> None:
+    """Every .c file beside the package is one of the extension's units (none forgotten in
+    setup.py's list, none listed that is gone), and _speedups.c, whose table of contents
+    names each unit, comes first."""
+    sources = _speedups_sources()
+    here = Path(parse.__file__).parents[1]
+    assert sources[0].name == "_speedups.c"
+    assert sorted(p.resolve() for p in sources) == sorted(p.resolve() for p in here.glob("*.c"))
+    table = sources[0].read_text(encoding="utf-8").split("*/", 1)[0]
+    for unit in sources[1:]:
+        assert f" {unit.name} " in table, f"{unit.name} is missing from _speedups.c's contents"
 
 
 def test_the_accelerator_is_in_use_wherever_it_can_be_built() -> None:
@@ -329,19 +357,28 @@ def test_the_extension_builds_from_its_own_sources_with_every_path(
     tmp_path: Path, defines: list[str]
 ) -> None:
     """The extension needs a C compiler and Python's headers, nothing else: compiled from
-    _speedups.c alone (no -I but Python's, warnings as errors) it loads with every compiled
-    path, hashes as the xxhash package does and answers as the reference. The portable
-    variant is the XXH3 a target without SSE2 or a 128-bit integer type builds."""
+    its own units (setup.py's list; no -I but Python's, warnings as errors) it loads with
+    every compiled path, hashes as the xxhash package does and answers as the reference,
+    and exports nothing but its init function. The portable variant is the XXH3 a target
+    without SSE2 or a 128-bit integer type builds."""
     if not _can_build():
         missing("no C compiler or Python headers: the extension cannot be built")
-    source = Path(parse.__file__).parents[1] / "_speedups.c"
+    sources = [str(p) for p in _speedups_sources()]
     so = tmp_path / "_speedups_own.so"
     compiler = (sysconfig.get_config_var("CC") or "cc").split()
     include = sysconfig.get_paths()["include"]
     build = [*compiler, "-O1", "-Wall", "-Werror", "-fPIC", "-shared", f"-I{include}", *defines]
-    command = [*build, str(source), "-o", str(so)]
+    command = [*build, *sources, "-o", str(so)]
     done = subprocess.run(command, check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+    nm = shutil.which("nm")
+    if nm is not None and sys.platform.startswith("linux"):  # the units' shared functions
+        # stay inside the shared object (hidden by _speedups.h)
+        listed = subprocess.run(
+            [nm, "-D", "--defined-only", str(so)], check=True, capture_output=True, text=True
+        )
+        exported = {line.split()[-1] for line in listed.stdout.splitlines() if line.strip()}
+        assert exported == {"PyInit__speedups"}, sorted(exported)
     lists = Path(parse.__file__).parents[1] / "data" / "sample-lists"
     urls = [
         "http://ads.example.com/x",

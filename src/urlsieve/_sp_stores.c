@@ -1,0 +1,674 @@
+/*
+ * _sp_stores.c: the seen stores' tables (a unit of urlsieve._speedups; _speedups.c has the
+ * table of contents). Python references: the numpy code of urlsieve/seen/bloom.py and
+ * seen/exact.py, and the stores' Python sessions over seen/_mapped.py's file (tests/seen/:
+ * test_bloom_speedups.py, test_bloom_urls.py, test_exact_speedups.py, test_one_url.py).
+ * Here: bloom_test, bloom_insert, exact_lookup, exact_insert, exact_add_locked and
+ * bloom_add_locked (one add under the file lock), bloom_urls.
+ */
+#include "_speedups.h"
+
+/* ---------------------------------------------------------------------------------------
+ * The seen stores' batch tables (urlsieve/seen/bloom.py and exact.py; their numpy code is
+ * the reference, which the tests hold these equal to).
+ *
+ * bloom_test / bloom_insert take one layer of the blocked Bloom filter (whole 64-byte
+ * blocks of 8 words) and the fingerprints as n rows of (h1, h2); the block and the bits
+ * of a row are computed here, as bloom.py's _masks and _Layer.block_of define them.
+ * bloom_insert tests the batch against the layer as it is, keeping only the first of
+ * identical fingerprints, raises the layer's count (a one-word array in the mapping)
+ * by the fresh ones, then sets their bits: the count first, as the module doc says.
+ *
+ * exact_lookup / exact_insert take the exact store's table (buckets of 8 slots, 0 for
+ * empty, linear probing by buckets) and non-zero 64-bit keys. exact_insert adds them in
+ * order (a repeat finds its first) and returns how many were new, or -1 when it found the
+ * table full (a damaged store: the caller's load limit keeps slots free).
+ */
+
+/* How many rows ahead the table loops ask for the block or bucket a row will read. */
+#define TABLE_AHEAD 16
+
+typedef struct {
+    Py_buffer table, rows, out, count;
+    Py_ssize_t n; /* rows */
+} table_args;
+
+static void
+release_table_args(table_args *a)
+{
+    PyBuffer_Release(&a->table); /* a no-op on a buffer never taken (obj NULL) */
+    PyBuffer_Release(&a->rows);
+    PyBuffer_Release(&a->out);
+    PyBuffer_Release(&a->count);
+}
+
+/* The table (writable when `write`), rows of `row_words` uint64 and out (one bool a row)
+   of a table call; the table must be whole lines of 8 words. */
+static int
+get_table_args(const char *name, PyObject *table, PyObject *rows, PyObject *out, int write,
+               Py_ssize_t row_words, table_args *a)
+{
+    memset(a, 0, sizeof(*a));
+    int flags = PyBUF_C_CONTIGUOUS | (write ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(table, &a->table, flags) < 0
+        || PyObject_GetBuffer(rows, &a->rows, PyBUF_C_CONTIGUOUS) < 0
+        || PyObject_GetBuffer(out, &a->out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        release_table_args(a);
+        return -1;
+    }
+    a->n = a->out.len;
+    if (a->table.len == 0 || a->table.len % 64 || a->rows.len != a->n * row_words * 8
+        || ((uintptr_t)a->table.buf & 7) != 0 || ((uintptr_t)a->rows.buf & 7) != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the table must be whole 64-byte lines (at least one), the rows %zd "
+                     "uint64 each (both aligned to 8 bytes) and out one bool a row",
+                     name, row_words);
+        release_table_args(a);
+        return -1;
+    }
+    return 0;
+}
+
+static inline Py_ssize_t
+bloom_block(uint64_t h1, uint64_t blocks)
+{
+    return (Py_ssize_t)(((h1 >> 32) * blocks) >> 32);
+}
+
+/* The bits a row sets in each word of its block (bloom.py's _masks). */
+static inline void
+bloom_masks(uint64_t h1, uint64_t h2, int t, uint64_t m[8])
+{
+    for (int w = 0; w < 8; w++) {
+        unsigned b = (unsigned)(h2 >> (8 * w)) & 255;
+        m[w] = UINT64_C(1) << (b & 63);
+        if (t == 2) m[w] |= UINT64_C(1) << ((b >> 6) | (((h1 >> (4 * w)) & 15) << 2));
+    }
+}
+
+/* Is every bit of the row (h1, h2) set in its block? */
+static inline int
+bloom_covers(const uint64_t *bits, uint64_t blocks, int t, uint64_t h1, uint64_t h2)
+{
+    uint64_t m[8], missing = 0;
+    bloom_masks(h1, h2, t, m);
+    const uint64_t *row = bits + 8 * bloom_block(h1, blocks);
+    for (int w = 0; w < 8; w++) missing |= m[w] & ~row[w];
+    return missing == 0;
+}
+
+/* out[i] = every bit of row i is set in its block (no writes). */
+static void
+bloom_cover(const uint64_t *bits, uint64_t blocks, int t, const uint64_t *h, Py_ssize_t n,
+            unsigned char *out)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + TABLE_AHEAD < n) {
+            PREFETCH_READ(bits + 8 * bloom_block(h[2 * (i + TABLE_AHEAD)], blocks));
+        }
+        out[i] = (unsigned char)bloom_covers(bits, blocks, t, h[2 * i], h[2 * i + 1]);
+    }
+}
+
+/* Of the `fresh` rows out marks, only the first of identical fingerprints stays marked.
+   How many stay, or -1 when out of memory (no exception set: it runs without the GIL). */
+static Py_ssize_t
+bloom_first_only(const uint64_t *h, unsigned char *out, Py_ssize_t n, Py_ssize_t fresh)
+{
+    if (fresh < 2) return fresh;
+    size_t size = 4;
+    while (size < 2 * (size_t)fresh) size <<= 1;
+    Py_ssize_t *slots = PyMem_RawMalloc(size * sizeof(Py_ssize_t));
+    if (slots == NULL) return -1;
+    for (size_t j = 0; j < size; j++) slots[j] = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!out[i]) continue;
+        size_t j = (size_t)(h[2 * i + 1] ^ (h[2 * i] >> 17)) & (size - 1);
+        while (slots[j] >= 0) {
+            Py_ssize_t k = slots[j];
+            if (h[2 * k] == h[2 * i] && h[2 * k + 1] == h[2 * i + 1]) {
+                out[i] = 0;
+                fresh--;
+                break;
+            }
+            j = (j + 1) & (size - 1);
+        }
+        if (out[i]) slots[j] = i;
+    }
+    PyMem_RawFree(slots);
+    return fresh;
+}
+
+/* Set the bits of the rows out marks. */
+static void
+bloom_set(uint64_t *bits, uint64_t blocks, int t, const uint64_t *h, const unsigned char *out,
+          Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + TABLE_AHEAD < n && out[i + TABLE_AHEAD]) {
+            PREFETCH_WRITE(bits + 8 * bloom_block(h[2 * (i + TABLE_AHEAD)], blocks));
+        }
+        if (!out[i]) continue;
+        uint64_t m[8];
+        bloom_masks(h[2 * i], h[2 * i + 1], t, m);
+        uint64_t *row = bits + 8 * bloom_block(h[2 * i], blocks);
+        for (int w = 0; w < 8; w++) row[w] |= m[w];
+    }
+}
+
+static int
+bloom_t(PyObject *arg)
+{
+    long t = PyLong_AsLong(arg);
+    if (t == -1 && PyErr_Occurred()) return -1;
+    if (t != 1 && t != 2) {
+        PyErr_Format(PyExc_ValueError, "bloom: t is 1 or 2, not %ld", t);
+        return -1;
+    }
+    return (int)t;
+}
+
+static PyObject *
+bloom_test(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "bloom_test(bits, t, h, out) takes 4 arguments");
+        return NULL;
+    }
+    int t = bloom_t(args[1]);
+    table_args a;
+    if (t < 0 || get_table_args("bloom_test", args[0], args[2], args[3], 0, 2, &a) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    bloom_cover(a.table.buf, (uint64_t)(a.table.len / 64), t, a.rows.buf, a.n, a.out.buf);
+    Py_END_ALLOW_THREADS
+    release_table_args(&a);
+    Py_RETURN_NONE;
+}
+
+/* The layer's count word (a one-uint64 buffer, writable) into a->count. */
+static int
+get_count(const char *name, PyObject *count, table_args *a)
+{
+    if (PyObject_GetBuffer(count, &a->count, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0
+        || a->count.len != 8 || ((uintptr_t)a->count.buf & 7) != 0) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s: count is one uint64", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* The insert of rows out marks as fresh: only the first of identical fingerprints stays
+   fresh, the count is raised by those, then their bits are set (the count first). */
+static Py_ssize_t
+bloom_commit(table_args *a, int t, Py_ssize_t fresh)
+{
+    uint64_t *bits = a->table.buf;
+    const uint64_t *h = a->rows.buf;
+    unsigned char *out = a->out.buf;
+    fresh = bloom_first_only(h, out, a->n, fresh);
+    if (fresh < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *(uint64_t *)a->count.buf += (uint64_t)fresh;
+    Py_BEGIN_ALLOW_THREADS
+    bloom_set(bits, (uint64_t)(a->table.len / 64), t, h, out, a->n);
+    Py_END_ALLOW_THREADS
+    return fresh;
+}
+
+static PyObject *
+bloom_insert(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bloom_insert(bits, t, h, out, count, tested=False) takes 5 or 6 "
+                        "arguments");
+        return NULL;
+    }
+    int t = bloom_t(args[1]);
+    int tested = nargs == 6 ? PyObject_IsTrue(args[5]) : 0;
+    table_args a;
+    if (t < 0 || tested < 0
+        || get_table_args("bloom_insert", args[0], args[2], args[3], 1, 2, &a) < 0) {
+        return NULL;
+    }
+    if (get_count("bloom_insert", args[4], &a) < 0) {
+        release_table_args(&a);
+        return NULL;
+    }
+    unsigned char *out = a.out.buf;
+    Py_ssize_t fresh = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (!tested) bloom_cover(a.table.buf, (uint64_t)(a.table.len / 64), t, a.rows.buf, a.n, out);
+    for (Py_ssize_t i = 0; i < a.n; i++) {
+        if (!tested) out[i] = !out[i];
+        out[i] = out[i] != 0;
+        fresh += out[i];
+    }
+    Py_END_ALLOW_THREADS
+    fresh = bloom_commit(&a, t, fresh);
+    release_table_args(&a);
+    return fresh < 0 ? NULL : PyLong_FromSsize_t(fresh);
+}
+
+static inline uint64_t
+exact_home(uint64_t key, uint64_t buckets)
+{
+    return ((key >> 32) * buckets) >> 32;
+}
+
+/* Where key is in the table, or where it would go: *slot is its slot's index (found) or
+   the first empty slot of its probe (not found; -1 when the table is full). */
+static int
+exact_find(const uint64_t *table, uint64_t buckets, uint64_t key, Py_ssize_t *slot)
+{
+    uint64_t bucket = exact_home(key, buckets);
+    for (uint64_t step = 0; step < buckets; step++) {
+        const uint64_t *row = table + 8 * bucket;
+        for (int s = 0; s < 8; s++) {
+            if (row[s] == key) {
+                *slot = (Py_ssize_t)(8 * bucket + s);
+                return 1;
+            }
+            if (row[s] == 0) {
+                *slot = (Py_ssize_t)(8 * bucket + s);
+                return 0;
+            }
+        }
+        if (++bucket == buckets) bucket = 0;
+    }
+    *slot = -1;
+    return 0;
+}
+
+/* The arguments (table, keys, out) of an exact_* call; the keys must not be 0. */
+static int
+get_exact_args(const char *name, PyObject *const *args, Py_ssize_t nargs, int write,
+               table_args *a)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "%s(table, keys, out) takes 3 arguments", name);
+        return -1;
+    }
+    if (get_table_args(name, args[0], args[1], args[2], write, 1, a) < 0) return -1;
+    const uint64_t *keys = a->rows.buf;
+    for (Py_ssize_t i = 0; i < a->n; i++) {
+        if (keys[i] == 0) {
+            PyErr_Format(PyExc_ValueError, "%s: key %zd is 0 (0 marks an empty slot)", name, i);
+            release_table_args(a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+exact_lookup(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    table_args a;
+    if (get_exact_args("exact_lookup", args, nargs, 0, &a) < 0) return NULL;
+    const uint64_t *table = a.table.buf, *keys = a.rows.buf;
+    const uint64_t buckets = (uint64_t)(a.table.len / 64);
+    unsigned char *out = a.out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < a.n; i++) {
+        if (i + TABLE_AHEAD < a.n) {
+            PREFETCH_READ(table + 8 * exact_home(keys[i + TABLE_AHEAD], buckets));
+        }
+        Py_ssize_t slot;
+        out[i] = (unsigned char)exact_find(table, buckets, keys[i], &slot);
+    }
+    Py_END_ALLOW_THREADS
+    release_table_args(&a);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+exact_insert(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    table_args a;
+    if (get_exact_args("exact_insert", args, nargs, 1, &a) < 0) return NULL;
+    uint64_t *table = a.table.buf;
+    const uint64_t *keys = a.rows.buf;
+    const uint64_t buckets = (uint64_t)(a.table.len / 64);
+    unsigned char *out = a.out.buf;
+    Py_ssize_t added = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < a.n; i++) {
+        if (i + TABLE_AHEAD < a.n) {
+            PREFETCH_WRITE(table + 8 * exact_home(keys[i + TABLE_AHEAD], buckets));
+        }
+        Py_ssize_t slot;
+        out[i] = 0;
+        if (exact_find(table, buckets, keys[i], &slot)) continue;
+        if (slot < 0) {
+            added = -1;
+            break;
+        }
+        table[slot] = keys[i];
+        out[i] = 1;
+        added++;
+    }
+    Py_END_ALLOW_THREADS
+    release_table_args(&a);
+    return PyLong_FromSsize_t(added);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * One add under the store's file lock, in one call (issue 34): exact_add_locked and
+ * bloom_add_locked take the file's exclusive flock, check the dynamic header words of
+ * seen/_mapped.py (dirty, retired, the layer count), mark the file dirty, add one
+ * fingerprint, clear the mark and unlock. Whatever the store's Python session would have
+ * to do first (repair a dead writer's leftovers, follow a grown or retired file, grow)
+ * is left to it: the call returns -2 having changed nothing. The caller holds the store's
+ * thread lock and has checked that the store is open in this process.
+ */
+#include <sys/file.h>
+#include <errno.h>
+
+/* seen/_mapped.py's dynamic header words */
+#define W_DIRTY 32
+#define W_RETIRED 33
+#define W_COUNT 34
+#define W_NLAYERS 35
+#define HEADER_WORDS 512
+
+/* flock(fd, how) without the GIL (another process may hold it); -1 on failure. */
+static int
+locked_flock(int fd, int how)
+{
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    do {
+        r = flock(fd, how);
+    } while (r < 0 && errno == EINTR);
+    Py_END_ALLOW_THREADS
+    return r;
+}
+
+/* The whole file as words (at least the header; writable unless fd is -1, a lookup), its
+   fd; -1 with an error. */
+static int
+locked_args(const char *name, PyObject *words, PyObject *fd_arg, Py_buffer *view, int *fd)
+{
+    long v = PyLong_AsLong(fd_arg);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (v < -1 || v > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: fd is a file descriptor, not %ld", name, v);
+        return -1;
+    }
+    *fd = (int)v;
+    if (PyObject_GetBuffer(words, view, PyBUF_C_CONTIGUOUS | (*fd >= 0 ? PyBUF_WRITABLE : 0)) < 0) {
+        return -1;
+    }
+    if (view->len < HEADER_WORDS * 8 || view->len % 64 || ((uintptr_t)view->buf & 7) != 0) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s: words is the whole store file as uint64", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* With the lock: 1 when the header lets the one-item add run here (then marked dirty). */
+static int
+locked_begin(volatile uint64_t *w, uint64_t nlayers)
+{
+    if (w[W_DIRTY] != 0 || w[W_RETIRED] != 0 || (nlayers && w[W_NLAYERS] != nlayers)) return 0;
+    __atomic_store_n(&w[W_DIRTY], 1, __ATOMIC_SEQ_CST);
+    return 1;
+}
+
+/* exact_add_locked(words, fd, key, buckets, limit) -> int: 1 the table held key, 0 it was
+   added (slot, then count), -2 the Python session decides (nothing changed). fd -1: a
+   lookup without the lock (1 held, 0 not, -2 the file was retired). */
+static PyObject *
+exact_add_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "exact_add_locked(words, fd, key, buckets, limit) takes 5 arguments");
+        return NULL;
+    }
+    uint64_t key, buckets, limit;
+    if (sp_key_arg("exact_add_locked", args[2], &key) < 0
+        || sp_key_arg("exact_add_locked", args[3], &buckets) < 0
+        || sp_key_arg("exact_add_locked", args[4], &limit) < 0) {
+        return NULL;
+    }
+    if (key == 0 || buckets == 0) {
+        PyErr_SetString(PyExc_ValueError, "exact_add_locked: key and buckets are not 0");
+        return NULL;
+    }
+    Py_buffer view;
+    int fd;
+    if (locked_args("exact_add_locked", args[0], args[1], &view, &fd) < 0) return NULL;
+    if ((uint64_t)view.len / 64 < HEADER_WORDS / 8 + buckets) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "exact_add_locked: the file is shorter than its table");
+        return NULL;
+    }
+    long r = -2;
+    uint64_t *w = view.buf, *table = w + HEADER_WORDS;
+    if (fd < 0) { /* a lookup: no lock, nothing written */
+        Py_ssize_t slot;
+        if (w[W_RETIRED] == 0) r = exact_find(table, buckets, key, &slot);
+    } else if (locked_flock(fd, LOCK_EX) == 0) {
+        if (locked_begin(w, 0)) {
+            Py_ssize_t slot;
+            if (exact_find(table, buckets, key, &slot)) {
+                r = 1;
+            } else if (slot >= 0 && w[W_COUNT] < limit) {
+                __atomic_store_n(&table[slot], key, __ATOMIC_SEQ_CST);
+                __atomic_store_n(&w[W_COUNT], w[W_COUNT] + 1, __ATOMIC_SEQ_CST);
+                r = 0;
+            }
+            __atomic_store_n(&w[W_DIRTY], 0, __ATOMIC_SEQ_CST);
+        }
+        locked_flock(fd, LOCK_UN);
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(r);
+}
+
+/* bloom_add_locked(words, fd, layers, h1, h2) -> int: layers is an int64 array of one row
+   (offset in words, blocks, t, capacity, count word) a layer of the store; 1 a layer held
+   (h1, h2), 0 it was added to the last one (count, then bits), -2 the Python session
+   decides (the last layer is full, or see above; nothing changed). fd -1: a lookup
+   without the lock (1 held, 0 not, -2 the layers changed). */
+static PyObject *
+bloom_add_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bloom_add_locked(words, fd, layers, h1, h2) takes 5 arguments");
+        return NULL;
+    }
+    uint64_t h1, h2;
+    if (sp_key_arg("bloom_add_locked", args[3], &h1) < 0
+        || sp_key_arg("bloom_add_locked", args[4], &h2) < 0) {
+        return NULL;
+    }
+    Py_buffer view, lay;
+    int fd;
+    if (locked_args("bloom_add_locked", args[0], args[1], &view, &fd) < 0) return NULL;
+    if (PyObject_GetBuffer(args[2], &lay, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    const int64_t *L = lay.buf;
+    const Py_ssize_t nl = lay.len / 40, words = view.len / 8;
+    if (nl < 1 || lay.len % 40 || ((uintptr_t)lay.buf & 7) != 0) goto bad;
+    for (Py_ssize_t i = 0; i < nl; i++) {
+        const int64_t *row = L + 5 * i;
+        if (row[0] < HEADER_WORDS || row[0] % 8 || row[1] < 1 || (row[2] != 1 && row[2] != 2)
+            || row[1] > (words - row[0]) / 8 || row[4] < W_NLAYERS || row[4] >= HEADER_WORDS) {
+            goto bad;
+        }
+    }
+    long r = -2;
+    uint64_t *w = view.buf;
+    if (fd < 0) { /* a lookup: no lock, nothing written */
+        if (w[W_NLAYERS] == (uint64_t)nl) {
+            r = 0;
+            for (Py_ssize_t i = 0; i < nl && !r; i++) {
+                const int64_t *row = L + 5 * i;
+                r = bloom_covers(w + row[0], (uint64_t)row[1], (int)row[2], h1, h2);
+            }
+        }
+    } else if (locked_flock(fd, LOCK_EX) == 0) {
+        if (locked_begin(w, (uint64_t)nl)) {
+            for (Py_ssize_t i = 0; i < nl && r == -2; i++) {
+                const int64_t *row = L + 5 * i;
+                if (bloom_covers(w + row[0], (uint64_t)row[1], (int)row[2], h1, h2)) r = 1;
+            }
+            const int64_t *last = L + 5 * (nl - 1);
+            if (r == -2 && w[last[4]] < (uint64_t)last[3]) {
+                uint64_t m[8], *block = w + last[0] + 8 * bloom_block(h1, (uint64_t)last[1]);
+                __atomic_store_n(&w[last[4]], w[last[4]] + 1, __ATOMIC_SEQ_CST);
+                bloom_masks(h1, h2, (int)last[2], m);
+                for (int k = 0; k < 8; k++) block[k] |= m[k];
+                r = 0;
+            }
+            __atomic_store_n(&w[W_DIRTY], 0, __ATOMIC_SEQ_CST);
+        }
+        locked_flock(fd, LOCK_UN);
+    }
+    out = PyLong_FromLong(r);
+    goto done;
+bad:
+    PyErr_SetString(PyExc_ValueError,
+                    "bloom_add_locked: layers is (offset, blocks, t, capacity, count word) "
+                    "rows of int64 inside the file");
+done:
+    PyBuffer_Release(&lay);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * bloom_urls(urls, allow_query, keep_port, bits, t, h, out, count): canonical_hashes'
+ * 128-bit fingerprints of the URLs into h's rows and, in the same pass, their test
+ * against one layer of the Bloom filter (bloom_test's and bloom_insert's; each block is
+ * asked for as its fingerprint is made, and read once the run is hashed).
+ *   count None: out[k] = the layer holds URL k.
+ *   count given (the layer's count word): out[k] = the layer lacks URL k; then, when
+ *     every URL is on the fast path, the batch is inserted as bloom_insert does it (out
+ *     keeps the first of identical fingerprints, the count is raised, the bits set).
+ * Returns (positions, flags): the positions of the URLs off the fast path, whose rows
+ * and out the caller fills (when there are any, the layer is left as it was), and out as
+ * a list of bools when there are none (else None).
+ */
+static PyObject *
+bloom_urls(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "bloom_urls(urls, allow_query, keep_port, bits, t, h, "
+                                         "out, count) takes 8 arguments");
+        return NULL;
+    }
+    const int t = bloom_t(args[4]), insert = args[7] != Py_None;
+    if (t < 0) return NULL;
+    table_args a;
+    if (get_table_args("bloom_urls", args[3], args[5], args[6], insert, 2, &a) < 0) return NULL;
+    if (insert && get_count("bloom_urls", args[7], &a) < 0) {
+        release_table_args(&a);
+        return NULL;
+    }
+    url_runs r;
+    if (sp_url_runs_open(&r, "bloom_urls", args[0], args[1], args[2]) < 0) {
+        release_table_args(&a);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (a.rows.readonly || r.n != a.n) {
+        PyErr_SetString(PyExc_ValueError,
+                        "bloom_urls: h must be writable, and h and out one row a URL");
+        goto done;
+    }
+    const uint64_t *bits = a.table.buf;
+    const uint64_t blocks = (uint64_t)(a.table.len / 64);
+    uint64_t *h = a.rows.buf;
+    unsigned char *out = a.out.buf;
+    Py_ssize_t rest = 0, fresh = 0;
+    for (Py_ssize_t run = 0, end; run < r.n; run = end) {
+        if ((end = sp_url_runs_copy(&r, run)) < 0) goto done;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t k = run; k < end; k++) {
+            if (sp_url_runs_hash(&r, k, 128, h + 2 * k)) {
+                PREFETCH_READ(bits + 8 * bloom_block(h[2 * k], blocks));
+            } else {
+                rest++;
+            }
+        }
+        for (Py_ssize_t k = run; k < end; k++) {
+            out[k] = 0;
+            if (!r.flags[k]) continue;
+            out[k] = (unsigned char)(bloom_covers(bits, blocks, t, h[2 * k], h[2 * k + 1])
+                                     ^ insert);
+            fresh += out[k];
+        }
+        Py_END_ALLOW_THREADS
+    }
+    if (insert && rest == 0 && bloom_commit(&a, t, fresh) < 0) goto done;
+    PyObject *positions = sp_url_runs_rest(&r);
+    PyObject *flags = rest ? Py_NewRef(Py_None) : PyList_New(r.n);
+    if (positions != NULL && flags != NULL) {
+        for (Py_ssize_t k = 0; k < r.n && !rest; k++) {
+            PyList_SET_ITEM(flags, k, Py_NewRef(out[k] ? Py_True : Py_False));
+        }
+        result = PyTuple_Pack(2, positions, flags);
+    }
+    Py_XDECREF(positions);
+    Py_XDECREF(flags);
+done:
+    sp_url_runs_close(&r);
+    release_table_args(&a);
+    return result;
+}
+
+const PyMethodDef sp_stores_methods[] = {
+    {"bloom_test", (PyCFunction)(void (*)(void))bloom_test, METH_FASTCALL,
+     "bloom_test(bits, t, h, out) -> None\n\n"
+     "out[i]: whether the Bloom layer `bits` holds fingerprint row h[i] = (h1, h2)."},
+    {"bloom_insert", (PyCFunction)(void (*)(void))bloom_insert, METH_FASTCALL,
+     "bloom_insert(bits, t, h, out, count, tested=False) -> int\n\n"
+     "Add the fingerprint rows h to the Bloom layer: out flags the fresh ones (tested\n"
+     "before the batch, the first of identical rows only); count[0] is raised by their\n"
+     "number before their bits are set; returns it. tested: out already holds, for each\n"
+     "row, whether the layer lacks it (bloom_urls' test), and the test is skipped."},
+    {"exact_lookup", (PyCFunction)(void (*)(void))exact_lookup, METH_FASTCALL,
+     "exact_lookup(table, keys, out) -> None\n\nout[i]: whether the exact table holds keys[i]."},
+    {"exact_insert", (PyCFunction)(void (*)(void))exact_insert, METH_FASTCALL,
+     "exact_insert(table, keys, out) -> int\n\n"
+     "Insert keys in order: out flags the new ones; returns how many, -1 when it\n"
+     "found the table full."},
+    {"exact_add_locked", (PyCFunction)(void (*)(void))exact_add_locked, METH_FASTCALL,
+     "exact_add_locked(words, fd, key, buckets, limit) -> int\n\n"
+     "One key added to an exact store file under its flock: 1 held, 0 added, -2 left to\n"
+     "the Python session (dirty or retired file, table at its limit). fd -1: a lookup\n"
+     "without the lock."},
+    {"bloom_add_locked", (PyCFunction)(void (*)(void))bloom_add_locked, METH_FASTCALL,
+     "bloom_add_locked(words, fd, layers, h1, h2) -> int\n\n"
+     "One fingerprint added to a Bloom store file under its flock: 1 held, 0 added, -2\n"
+     "left to the Python session (dirty file, layers changed, last layer full). fd -1: a\n"
+     "lookup without the lock."},
+    {"bloom_urls", (PyCFunction)(void (*)(void))bloom_urls, METH_FASTCALL,
+     "bloom_urls(urls, allow_query, keep_port, bits, t, h, out, count)\n"
+     "    -> (list[int], list[bool] | None)\n\n"
+     "canonical_hashes' 128-bit fingerprints into h and their test against one Bloom layer\n"
+     "(count None: out = held; count given: out = lacked, and the batch inserted when\n"
+     "every URL is on the fast path). Returns the positions of the other URLs, and out\n"
+     "as a list when there are none."},
+    {NULL, NULL, 0, NULL},
+};
