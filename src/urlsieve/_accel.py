@@ -49,6 +49,7 @@ COMPILED_PATHS: dict[str, str] = {
     "xxh3_128": "XXH3-128",
     "simhash_text": "SimHash of a text",
     "simhash_tokens": "SimHash of tokens",
+    "simhash_str": "SimHash of a text that is not ASCII",
     "features_text": "SimHash features (exact check)",
     "nd_jaccard": "Jaccard of features (exact check)",
     "nd_jaccard_many": "Jaccard of candidates (exact check)",

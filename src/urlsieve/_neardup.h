@@ -11,6 +11,11 @@
  *     not all ASCII (the caller tokenises it in Python and calls simhash_tokens).
  * simhash_tokens(tokens, shingle) -> int
  *     The SimHash of a list of token bytes.
+ * simhash_str(text, shingle) -> int
+ *     The SimHash of a str of any characters, already NFKC-normalised and case-folded by the
+ *     caller: tokens are the runs of \w (alphanumeric or "_"), a run of kana, CJK ideographs
+ *     or hangul inside one becoming its character bigrams (what simhash.tokens gives), each
+ *     hashed as UTF-8 (lone surrogates passed through).
  *     Both: each token hashed with XXH3-64; with shingle > 1, each run of `shingle` tokens
  *     combined by a polynomial (rolling: linear in the tokens whatever the width) and
  *     murmur3's finaliser; the distinct features kept (a hash set with a per-process random
@@ -20,9 +25,11 @@
  *     (shift, mask, offset) of each block keying it (index.Layout). Per table, the documents
  *     sorted by key with their fingerprints beside them (the walk reads one run of memory)
  *     and, for keys of up to 20 bits, where each key's run starts (else a binary search).
- * nd_query(capsule, fp, k, fps, n_total) -> list[tuple[int, int]]
+ * nd_query(capsule, fp, k, fps, n_total[, keys]) -> list[tuple[int | str, int]]
  *     (document, distance) of every document within k bits of fp, each once: the built ones
- *     by the tables, then the documents built since ([n, n_total) of fps) by a scan.
+ *     by the tables, then the documents built since ([n, n_total) of fps) by a scan. With
+ *     keys (a list of str), (keys[document], distance) sorted by distance, then key: what
+ *     MemoryIndex.query returns, without a Python loop and sort around the call.
  */
 
 #include <time.h>
@@ -328,21 +335,27 @@ nd_shingle_arg(PyObject *arg, Py_ssize_t *shingle)
     return 0;
 }
 
+/* The (text: str, shingle) arguments of simhash_text and simhash_str: the text, or NULL. */
+static PyObject *
+nd_text_args(PyObject *const *args, Py_ssize_t nargs, const char *name, Py_ssize_t *shingle)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "%s(text, shingle)", name);
+        return NULL;
+    }
+    if (!PyUnicode_Check(args[0])) {
+        PyErr_Format(PyExc_TypeError, "%s: text must be str", name);
+        return NULL;
+    }
+    return nd_shingle_arg(args[1], shingle) < 0 ? NULL : args[0];
+}
 
 static PyObject *
 nd_text(PyObject *const *args, Py_ssize_t nargs, int features)
 {
     Py_ssize_t shingle;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "simhash_text(text, shingle)");
-        return NULL;
-    }
-    if (!PyUnicode_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "simhash_text: text must be str");
-        return NULL;
-    }
-    if (nd_shingle_arg(args[1], &shingle) < 0) return NULL;
-    PyObject *text = args[0];
+    PyObject *text = nd_text_args(args, nargs, "simhash_text", &shingle);
+    if (text == NULL) return NULL;
     Py_ssize_t len = PyUnicode_GET_LENGTH(text);
     if (len > ND_MAX_TEXT) len = ND_MAX_TEXT;
     if (!PyUnicode_IS_ASCII(text)) Py_RETURN_NONE; /* tokenised in Python (NFKC, \w, CJK) */
@@ -434,6 +447,109 @@ static PyObject *
 features_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     return nd_tokens(args, nargs, 1);
+}
+
+/* A character of an unspaced script (simhash._UNSPACED: kana, CJK ideographs, hangul). */
+static inline int
+nd_unspaced(Py_UCS4 c)
+{
+    return (c >= 0x3040 && c <= 0x30ff) || (c >= 0x3400 && c <= 0x4dbf) ||
+           (c >= 0x4e00 && c <= 0x9fff) || (c >= 0xf900 && c <= 0xfaff) ||
+           (c >= 0xac00 && c <= 0xd7af);
+}
+
+/* A character of \w in a str pattern (the re module: alphanumeric or "_"). */
+static inline int
+nd_word_char(Py_UCS4 c)
+{
+    return c == '_' || Py_UNICODE_ISALNUM(c);
+}
+
+/* The XXH3-64 of the UTF-8 (surrogates passed through) of characters [a, b) of a str. */
+static int
+nd_hash_chars(int kind, const void *data, Py_ssize_t a, Py_ssize_t b, uint64_t *out)
+{
+    unsigned char here[512], *buf = here;
+    size_t need = 4 * (size_t)(b - a);
+    if (need > sizeof here && (buf = (unsigned char *)malloc(need)) == NULL) return -1;
+    size_t n = 0;
+    for (Py_ssize_t i = a; i < b; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 0x80) buf[n++] = (unsigned char)c;
+        else if (c < 0x800) {
+            buf[n++] = (unsigned char)(0xc0 | c >> 6);
+            buf[n++] = (unsigned char)(0x80 | (c & 0x3f));
+        } else if (c < 0x10000) {
+            buf[n++] = (unsigned char)(0xe0 | c >> 12);
+            buf[n++] = (unsigned char)(0x80 | (c >> 6 & 0x3f));
+            buf[n++] = (unsigned char)(0x80 | (c & 0x3f));
+        } else {
+            buf[n++] = (unsigned char)(0xf0 | c >> 18);
+            buf[n++] = (unsigned char)(0x80 | (c >> 12 & 0x3f));
+            buf[n++] = (unsigned char)(0x80 | (c >> 6 & 0x3f));
+            buf[n++] = (unsigned char)(0x80 | (c & 0x3f));
+        }
+    }
+    *out = XXH3_64bits(buf, n);
+    if (buf != here) free(buf);
+    return 0;
+}
+
+/* simhash_str(text, shingle) / features_str: the tokens of an already normalised str (NFKC,
+   case-folded: simhash._normalised): the runs of \w, a run of unspaced characters inside one
+   becoming its character bigrams (a lone one itself), what simhash.tokens gives. */
+static PyObject *
+nd_str(PyObject *const *args, Py_ssize_t nargs, int features)
+{
+    Py_ssize_t shingle;
+    PyObject *text = nd_text_args(args, nargs, "simhash_str", &shingle);
+    if (text == NULL) return NULL;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
+    nd_first_use();
+    /* every token starts at a different character: at most len of them */
+    uint64_t *h = (uint64_t *)malloc(((size_t)len + 1) * sizeof(uint64_t));
+    if (h == NULL) return PyErr_NoMemory();
+    size_t n = 0;
+    Py_ssize_t i = 0;
+    while (i < len) {
+        if (!nd_word_char(PyUnicode_READ(kind, data, i))) {
+            i++;
+            continue;
+        }
+        Py_ssize_t end = i + 1;
+        while (end < len && nd_word_char(PyUnicode_READ(kind, data, end))) end++;
+        for (Py_ssize_t s = i; s < end;) { /* the word's unspaced and other runs */
+            int unspaced = nd_unspaced(PyUnicode_READ(kind, data, s));
+            Py_ssize_t e = s + 1;
+            while (e < end && nd_unspaced(PyUnicode_READ(kind, data, e)) == unspaced) e++;
+            int failed = 0;
+            if (unspaced && e - s > 1)
+                for (Py_ssize_t t = s; t + 1 < e && !failed; t++)
+                    failed = nd_hash_chars(kind, data, t, t + 2, &h[n++]) < 0;
+            else failed = nd_hash_chars(kind, data, s, e, &h[n++]) < 0;
+            if (failed) {
+                free(h);
+                return PyErr_NoMemory();
+            }
+            s = e;
+        }
+        i = end;
+    }
+    return nd_finish(h, n, shingle, NULL, features);
+}
+
+static PyObject *
+simhash_str(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return nd_str(args, nargs, 0);
+}
+
+static PyObject *
+features_str(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return nd_str(args, nargs, 1);
 }
 
 /* nd_jaccard(a, b) -> float: |a & b| / |a | b| of two buffers of distinct uint64 (1.0 for
@@ -785,11 +901,62 @@ nd_push(nd_hits *h, uint64_t doc, int distance)
     return 0;
 }
 
+typedef struct {
+    PyObject *key; /* borrowed from the keys list */
+    uint64_t hit;  /* doc << 8 | distance */
+} nd_keyed_hit;
+
+static int
+nd_keyed_cmp(const void *a, const void *b)
+{
+    const nd_keyed_hit *x = (const nd_keyed_hit *)a, *y = (const nd_keyed_hit *)b;
+    int dx = (int)(x->hit & 0xff), dy = (int)(y->hit & 0xff);
+    if (dx != dy) return dx < dy ? -1 : 1;
+    return PyUnicode_Compare(x->key, y->key); /* both str: cannot fail */
+}
+
+/* The hits as [(keys[doc], distance)], sorted by distance, then key (index._order). */
+static PyObject *
+nd_keyed(const nd_hits *hits, PyObject *keys)
+{
+    if (!PyList_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "nd_query: keys must be a list of str");
+        return NULL;
+    }
+    nd_keyed_hit one, *v = hits->n <= 1 ? &one : (nd_keyed_hit *)malloc(hits->n * sizeof *v);
+    if (v == NULL) return PyErr_NoMemory();
+    PyObject *out = NULL;
+    for (size_t i = 0; i < hits->n; i++) {
+        uint64_t doc = hits->v[i] >> 8;
+        if (doc >= (uint64_t)PyList_GET_SIZE(keys) ||
+            !PyUnicode_Check(PyList_GET_ITEM(keys, (Py_ssize_t)doc))) {
+            PyErr_SetString(PyExc_ValueError, "nd_query: a document without a str key");
+            goto done;
+        }
+        v[i].key = PyList_GET_ITEM(keys, (Py_ssize_t)doc);
+        v[i].hit = hits->v[i];
+    }
+    if (hits->n > 1) qsort(v, hits->n, sizeof *v, nd_keyed_cmp);
+    out = PyList_New((Py_ssize_t)hits->n);
+    if (out == NULL) goto done;
+    for (size_t i = 0; i < hits->n; i++) {
+        PyObject *pair = Py_BuildValue("(Oi)", v[i].key, (int)(v[i].hit & 0xff));
+        if (pair == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, pair);
+    }
+done:
+    if (v != &one) free(v);
+    return out;
+}
+
 static PyObject *
 nd_query(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "nd_query(index, fp, k, fps, n_total)");
+    if (nargs != 5 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "nd_query(index, fp, k, fps, n_total[, keys])");
         return NULL;
     }
     nd_index *ix = (nd_index *)PyCapsule_GetPointer(args[0], ND_CAPSULE);
@@ -857,6 +1024,10 @@ nd_query(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         goto done;
     }
+    if (nargs == 6) {
+        out = nd_keyed(&hits, args[5]);
+        goto done;
+    }
     out = PyList_New((Py_ssize_t)hits.n);
     if (out == NULL) goto done;
     for (size_t i = 0; i < hits.n; i++) {
@@ -891,6 +1062,12 @@ nd_first_use(void)
         {"features_text", (PyCFunction)(void (*)(void))features_text, METH_FASTCALL,            \
          "features_text(text, shingle) -> tuple[int, bytes] | None\n\nThe SimHash and the "   \
          "distinct feature hashes (uint64, first seen first) of an ASCII text."},                                            \
+        {"simhash_str", (PyCFunction)(void (*)(void))simhash_str, METH_FASTCALL,                \
+         "simhash_str(text, shingle) -> int\n\nThe SimHash of a normalised (NFKC, "            \
+         "case-folded) str of any characters."},                                               \
+        {"features_str", (PyCFunction)(void (*)(void))features_str, METH_FASTCALL,              \
+         "features_str(text, shingle) -> tuple[int, bytes]\n\nThe SimHash and the distinct "   \
+         "feature hashes of a normalised str."},                                               \
         {"features_tokens", (PyCFunction)(void (*)(void))features_tokens, METH_FASTCALL,        \
          "features_tokens(tokens, shingle) -> tuple[int, bytes]\n\nThe SimHash and the "      \
          "distinct feature hashes of token bytes."},                                                                            \
@@ -903,8 +1080,9 @@ nd_first_use(void)
          "nd_build(fps, n, tables) -> capsule\n\nThe near-duplicate tables of the first n "    \
          "fingerprints."},                                                                     \
         {"nd_query", (PyCFunction)(void (*)(void))nd_query, METH_FASTCALL,                      \
-         "nd_query(index, fp, k, fps, n_total) -> list[tuple[int, int]]\n\n(document, "        \
-         "distance) of every document within k bits of fp."},                                  \
+         "nd_query(index, fp, k, fps, n_total[, keys]) -> list[tuple[int | str, int]]\n\n"     \
+         "(document, distance) of every document within k bits of fp; with keys, "             \
+         "(keys[document], distance), sorted by distance, then key."},                         \
         {"nd_popcount", (PyCFunction)nd_popcount, METH_O,                                      \
          "nd_popcount(name | None) -> str\n\nThe candidate scan in use, after choosing name "   \
          "(plain, popcnt, avx512)."},

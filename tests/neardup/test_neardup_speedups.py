@@ -1,8 +1,9 @@
 """The compiled SimHash and table walk answer exactly what their pure-Python references answer.
 
-``simhash_text``/``simhash_tokens`` (``_neardup.h``) against ``simhash_py`` (numpy), and the
-index's compiled tables (``nd_build``/``nd_query``, every candidate scan this CPU has) against
-the dict tables of ``_Tables._lookup_py``. ``.ci/sanitize`` runs this file under ASan/UBSan.
+``simhash_text``/``simhash_str``/``simhash_tokens`` (``_neardup.h``) against ``simhash_py``
+(numpy), and the index's compiled tables (``nd_build``/``nd_query``, every candidate scan this
+CPU has) against the dict tables of ``_Tables._lookup_py``. ``.ci/sanitize`` runs this file
+under ASan/UBSan.
 """
 
 from __future__ import annotations
@@ -80,6 +81,32 @@ def test_simhash_tokens_equals_the_vote_over_the_features(
     assert speedups.simhash_tokens(tokens, shingle) == sh._vote(sh._features(tokens, shingle))
 
 
+ANY_TEXT = st.text(
+    alphabet=st.one_of(
+        st.characters(),  # every plane, surrogates, marks, numerics (①, Ⅻ), letters
+        st.sampled_from(
+            "新闻报道中文가나カナー・〆々 ab_1\u00e9\u00df\ufb01\u2460\U0001d400\ud800"
+        ),
+    ),
+    max_size=200,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ANY_TEXT, st.integers(1, 4))
+@example("abc中文def 字 straße ﬁ ① x\ud800y 𝐀𝐁", 1)
+@example("é" + "中" * 300 + "ü" * 200, 2)  # a token longer than the stack buffer
+def test_the_compiled_tokens_of_any_text_equal_the_reference(text: str, shingle: int) -> None:
+    """simhash_str/features_str (\\w runs and CJK bigrams in C) against the Python tokens."""
+    normalised = sh._normalised(text)
+    expected = sh._features(sh._token_bytes(text), shingle)
+    assert speedups.simhash_str(normalised, shingle) == sh._vote(expected)
+    fp, found = speedups.features_str(normalised, shingle)
+    assert fp == sh._vote(expected)
+    assert sorted(np.frombuffer(found, dtype=np.uint64).tolist()) == expected.tolist()
+    assert sh.simhash(text, shingle=shingle) == sh.simhash_py(text, shingle=shingle)
+
+
 def test_long_texts_many_repeats_and_the_text_cap() -> None:
     rnd = random.Random(5)
     vocab = [f"w{i}" for i in range(20_000)]
@@ -102,6 +129,12 @@ def test_the_compiled_simhash_refuses_what_the_reference_refuses() -> None:
         speedups.simhash_text(b"bytes", 1)
     with pytest.raises(TypeError):
         speedups.simhash_tokens(["str"], 1)
+    with pytest.raises(TypeError):
+        speedups.simhash_str(b"bytes", 1)
+    with pytest.raises(ValueError):
+        speedups.features_str("x", 0)
+    with pytest.raises(TypeError):
+        speedups.simhash_str("x")
 
 
 @settings(max_examples=200, deadline=None)
@@ -213,6 +246,40 @@ def test_any_fingerprints_any_queries(
     reference.add_many(keys, fps)
     for q in queries + fps[:10]:
         assert compiled.query(q) == reference.query(q)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(st.text(max_size=6), st.integers(0, 63)), min_size=1, max_size=120),
+    st.integers(0, (1 << 64) - 1),
+)
+def test_keyed_answers_sorted_as_python_sorts_them(docs: list[tuple[str, int]], seed: int) -> None:
+    """nd_query with the keys: (key, distance) by distance, then key (code points), ties of
+    one key with two fingerprints, keys of any text, and many answers (qsort, not a loop)."""
+    rnd = random.Random(seed)
+    base = rnd.getrandbits(64)
+    keys = [key for key, _ in docs]
+    fps = [_near(rnd, base, bits % 4) for _, bits in docs]
+    compiled, reference = _pair(3, None)
+    compiled.add_many(keys, fps)
+    reference.add_many(keys, fps)
+    for q in (base, fps[0], _near(rnd, base, 2)):
+        assert compiled.query(q) == reference.query(q)
+
+
+def test_keyed_query_refuses_keys_it_cannot_name() -> None:
+    index = MemoryIndex(k=3)
+    index.add_many(["a", "b"], [5, 5])
+    built = speedups.nd_build(index._fps, 2, index.layout.fields)
+    assert speedups.nd_query(built, 5, 3, index._fps, 2, ["b", "a"]) == [("a", 0), ("b", 0)]
+    assert speedups.nd_query(built, 5, 3, index._fps, 2) == [(0, 0), (1, 0)]
+    with pytest.raises(TypeError):
+        speedups.nd_query(built, 5, 3, index._fps, 2, ("a", "b"))  # not a list
+    with pytest.raises(ValueError):
+        speedups.nd_query(built, 5, 3, index._fps, 2, ["a"])  # a document without a key
+    with pytest.raises(ValueError):
+        speedups.nd_query(built, 5, 3, index._fps, 2, ["a", b"b"])  # a key that is not str
+    assert speedups.nd_query(built, 0xF << 40, 3, index._fps, 2, ["a"]) == []  # no answer
 
 
 def test_a_file_index_replays_into_the_compiled_tables(tmp_path: Path) -> None:

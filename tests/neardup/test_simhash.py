@@ -7,10 +7,18 @@ import statistics
 
 import pytest
 import xxhash
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from urlsieve.neardup.simhash import EMPTY, hamming, simhash, simhash_many, tokens
+from urlsieve.neardup.index import k_for_jaccard
+from urlsieve.neardup.simhash import (
+    EMPTY,
+    MAX_TEXT,
+    hamming,
+    simhash,
+    simhash_many,
+    tokens,
+)
 
 VOCAB = [f"w{i}x{i * 7919 % 1000}" for i in range(5000)]
 
@@ -83,6 +91,58 @@ def test_the_ascii_fast_path_gives_the_general_paths_tokens(text: str) -> None:
     from urlsieve.neardup.simhash import _token_bytes
 
     assert _token_bytes(text) == [t.encode() for t in tokens(text)]
+
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+
+
+def _tokens_word_by_word(text: str) -> list[str]:
+    """The definition of :func:`tokens`, one word at a time (what it did before it skipped
+    the per-word look for texts without an unspaced run)."""
+    import re
+    import unicodedata
+
+    text = unicodedata.normalize("NFKC", text[:MAX_TEXT]).casefold()
+    out: list[str] = []
+    for word in re.findall(r"\w+", text):
+        for part in re.findall(f"[{_CJK}]+|[^{_CJK}]+", word):
+            if re.fullmatch(f"[{_CJK}]+", part) and len(part) > 1:
+                out.extend(part[i : i + 2] for i in range(len(part) - 1))
+            else:
+                out.append(part)
+    return out
+
+
+@given(
+    st.text(
+        alphabet=st.one_of(
+            st.characters(), st.sampled_from("新闻报道中文가나カナ ab_1\u00e9\u00df\ufb01\u2460")
+        ),
+        max_size=300,
+    )
+)
+@example("abc中文def 字 straße ﬁ ①")
+def test_tokens_and_their_bytes_match_the_definition(text: str) -> None:
+    from urlsieve.neardup.simhash import _token_bytes
+
+    expected = _tokens_word_by_word(text)
+    assert tokens(text) == expected
+    assert _token_bytes(text) == [t.encode("utf-8", "surrogatepass") for t in expected]
+
+
+def test_k_for_jaccard_follows_the_binomial_model() -> None:
+    assert [k_for_jaccard(t) for t in (1.0, 0.975, 0.95, 0.89)] == [0, 4, 6, 8]
+    assert k_for_jaccard(0.95, find=0.6) == 5  # the rounded mean distance (4.6 bits)
+    assert all(
+        k_for_jaccard(a) >= k_for_jaccard(b) for a, b in zip([0.9, 0.95], [0.95, 0.99], strict=True)
+    )
+    for bad in (0.0, 1.5, -1.0):
+        with pytest.raises(ValueError):
+            k_for_jaccard(bad)
+    with pytest.raises(ValueError, match="more than 8 bits"):
+        k_for_jaccard(0.8)
+    with pytest.raises(ValueError):
+        k_for_jaccard(0.95, find=1.0)
 
 
 def test_shingles_are_order_sensitive_tokens_are_not() -> None:

@@ -52,7 +52,7 @@ from urlsieve.store.files import os_error
 from urlsieve.store.spec import Backend, Registry
 from urlsieve.store.valkey import SERVER_SCHEMES
 
-__all__ = ["FileIndex", "MemoryIndex", "NearDupIndex", "ValkeyIndex", "open_index"]
+__all__ = ["FileIndex", "MemoryIndex", "NearDupIndex", "ValkeyIndex", "k_for_jaccard", "open_index"]
 
 MAX_K = 8
 MAX_TABLES = 64
@@ -150,6 +150,36 @@ class Layout:
         return key
 
 
+#: share of the pairs at exactly the threshold that :func:`k_for_jaccard`'s ``k`` finds
+FIND_AT_THRESHOLD = 0.7
+
+
+def k_for_jaccard(threshold: float, *, find: float = FIND_AT_THRESHOLD) -> int:
+    """The index distance ``k`` for documents at Jaccard similarity ``threshold`` or more.
+
+    Two token sets of equal size at Jaccard ``T`` have cosine ``2T/(1+T)``; each SimHash bit
+    differs with probability ``p = arccos(2T/(1+T))/π``, so their distance is
+    Binomial(64, p). ``k`` is the smallest distance within which a pair at exactly ``T`` is
+    found with probability ``find`` (0.7 by default; more similar pairs more often): 4 at
+    0.975, 6 at 0.95, 8 at 0.89. Rounding the mean distance instead (3, 5, 7) finds only
+    about half of the pairs at ``T`` (``benchmarks/neardup.py`` measures both). Returned
+    pairs may be below ``T``: confirm them with ``simhash.jaccard`` of the documents'
+    ``features`` when precision matters. Raises :class:`ValueError` when the threshold
+    needs more than :data:`MAX_K` bits (below about 0.885).
+    """
+    if not 0.0 < threshold <= 1.0 or not 0.0 < find < 1.0:
+        raise ValueError(f"threshold must be in (0, 1] and find in (0, 1), not {threshold}, {find}")
+    p = math.acos(min(1.0, 2 * threshold / (1 + threshold))) / math.pi
+    below = 0.0
+    for k in range(MAX_K + 1):
+        below += math.comb(64, k) * p**k * (1 - p) ** (64 - k)
+        if below >= find:
+            return k
+    raise ValueError(
+        f"a Jaccard threshold of {threshold} needs more than {MAX_K} bits (the index's most)"
+    )
+
+
 def _check_k(k: int) -> int:
     if not 0 <= k <= MAX_K:
         raise ConfigError(f"near-duplicate index: k must be 0..{MAX_K}, not {k}")
@@ -229,14 +259,9 @@ class _Tables:
         tail = n - self._built_n
         if built is None or (tail > TAIL and tail > self._built_n >> 6):
             built = self._rebuild()
-        found = compiled.nd_query(built, fp, k, fps, n)
-        if not found:
-            return []
-        keys = self._keys
-        out = [(keys[doc], distance) for doc, distance in found]
-        if len(out) > 1:
-            out.sort(key=_order)
-        return out
+        # (key, distance) pairs, sorted as _lookup_py sorts them, made in C
+        found: list[Match] = compiled.nd_query(built, fp, k, fps, n, self._keys)
+        return found
 
     def _lookup_py(self, fp: int, k: int) -> list[Match]:
         """:meth:`_lookup` on the dict tables (the reference of the compiled walk)."""

@@ -56,14 +56,22 @@ _WORD = re.compile(r"\w+")
 _UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 _xxh64 = xxhash.xxh3_64_intdigest
 #: the compiled SimHash (None: pure Python; tests set it to None for the reference)
-speedups = _accel if _accel is not None and hasattr(_accel, "simhash_text") else None
+speedups = _accel if _accel is not None and hasattr(_accel, "simhash_str") else None
+
+
+def _normalised(text: str) -> str:
+    """What is tokenised: the first MAX_TEXT characters, NFKC-normalised and case-folded."""
+    return unicodedata.normalize("NFKC", text[:MAX_TEXT]).casefold()
 
 
 def tokens(text: str) -> list[str]:
     """The words of ``text`` (NFKC, case-folded); unspaced CJK runs become character bigrams."""
-    text = unicodedata.normalize("NFKC", text[:MAX_TEXT]).casefold()
+    text = _normalised(text)
+    words: list[str] = _WORD.findall(text)
+    if _UNSPACED.search(text) is None:  # no CJK run: the words are the tokens
+        return words
     out: list[str] = []
-    for word in _WORD.findall(text):
+    for word in words:
         if not _UNSPACED.search(word):
             out.append(word)
             continue
@@ -101,7 +109,9 @@ def _token_bytes(text: str) -> list[bytes]:
     text = text[:MAX_TEXT]
     if text.isascii():
         return text.encode("ascii").translate(_ASCII_WORDS).split()
-    return [t.encode("utf-8", "surrogatepass") for t in tokens(text)]
+    words = tokens(text)
+    # one encode for all of them (a token has no space: it is a run of \w characters)
+    return " ".join(words).encode("utf-8", "surrogatepass").split(b" ") if words else []
 
 
 def _features(words: list[bytes], shingle: int) -> npt.NDArray[np.uint64]:
@@ -136,16 +146,16 @@ def simhash(text: str, *, shingle: int = 1) -> int:
     """The 64-bit SimHash of the text's distinct tokens (or token runs), or :data:`EMPTY`.
 
     Compiled (``simhash_text``: ASCII text tokenised, hashed and voted in C;
-    ``simhash_tokens`` for the rest, tokenised here) when the extension is built;
-    :func:`simhash_py` is the reference it is held equal to.
+    ``simhash_str`` for the rest, normalised here and tokenised in C) when the extension is
+    built; :func:`simhash_py` is the reference it is held equal to.
     """
     if shingle < 1:
         raise ValueError(f"shingle must be at least 1, not {shingle}")
     if speedups is None:
         return simhash_py(text, shingle=shingle)
     fp: int | None = speedups.simhash_text(text, shingle)
-    if fp is None:  # not ASCII: NFKC, \w and CJK bigrams are Python's
-        fp = speedups.simhash_tokens(_token_bytes(text), shingle)
+    if fp is None:  # not ASCII: NFKC and case folding are Python's
+        fp = speedups.simhash_str(_normalised(text), shingle)
     return int(fp)
 
 
@@ -174,8 +184,8 @@ def simhash_features(text: str, *, shingle: int = 1) -> tuple[int, npt.NDArray[n
         found = features_py(text, shingle=shingle)
         return _vote(found), found
     both: tuple[int, bytes] | None = speedups.features_text(text, shingle)
-    if both is None:  # not ASCII: tokenised here
-        both = speedups.features_tokens(_token_bytes(text), shingle)
+    if both is None:  # not ASCII: normalised here
+        both = speedups.features_str(_normalised(text), shingle)
     return both[0], np.frombuffer(both[1], dtype=np.uint64)
 
 
