@@ -21,9 +21,13 @@ near a near duplicate; **recall**: the pairs at Jaccard ≥ T found, of all of t
 **How each is used**, at the same threshold T, on the same features (each document's
 distinct tokens, as bytes):
 
-* urlsieve: ``simhash(text)`` (compiled), ``MemoryIndex(k, blocks)`` with ``k`` calibrated
-  to T (two sets at Jaccard T of equal size have cosine ``2T/(1+T)``; SimHash bits differ
-  with probability angle/π: ``k = round(64·arccos(2T/(1+T))/π)``), ``add_many``, ``query``;
+* urlsieve: ``simhash(text)`` (compiled), ``MemoryIndex(k, blocks)``, ``add_many``,
+  ``query``, with ``k = k_for_jaccard(T)`` (the default: two sets at Jaccard T of equal size
+  have cosine ``2T/(1+T)``, SimHash bits differ with probability angle/π, the distance is
+  binomial; the smallest k that finds 70 % of the pairs at exactly T) and, beside it, the
+  old rule ``k = round(64·arccos(2T/(1+T))/π)`` (the mean distance: about half of them);
+  "+ exact check": the default index, each candidate kept when the Jaccard of the two
+  documents' ``features`` is ≥ T;
 * datasketch **tuned** (its documentation's advice for throughput): one set of
   permutations made once and passed to every ``MinHash(permutations=…)``, a fast token hash
   (``hashfunc=xxhash.xxh3_64_intdigest``, ``scheme="affine64"``: with ``xxh32_intdigest``

@@ -470,6 +470,10 @@ static int
 nd_hash_chars(int kind, const void *data, Py_ssize_t a, Py_ssize_t b, uint64_t *out)
 {
     unsigned char here[512], *buf = here;
+    if (b <= a) { /* no token is empty: for the compiler, which would see `here` unwritten */
+        *out = XXH3_64bits("", 0);
+        return 0;
+    }
     size_t need = 4 * (size_t)(b - a);
     if (need > sizeof here && (buf = (unsigned char *)malloc(need)) == NULL) return -1;
     size_t n = 0;

@@ -11,7 +11,14 @@ from urlsieve.neardup.aliases import (
     ip_url,
     url_ids,
 )
-from urlsieve.neardup.index import FileIndex, MemoryIndex, NearDupIndex, ValkeyIndex, open_index
+from urlsieve.neardup.index import (
+    FileIndex,
+    MemoryIndex,
+    NearDupIndex,
+    ValkeyIndex,
+    k_for_jaccard,
+    open_index,
+)
 from urlsieve.neardup.resolver import (
     AsyncDNSResolver,
     DNSResolver,
@@ -39,6 +46,7 @@ __all__ = [
     "ValkeyIndex",
     "hamming",
     "ip_url",
+    "k_for_jaccard",
     "open_index",
     "open_resolver",
     "simhash",
