@@ -265,45 +265,58 @@ nd_set_has(const nd_set *s, uint64_t x)
     return s->used[at];
 }
 
-/* h[0..n) compacted to its distinct values, first occurrences in order: their count, or
-   (size_t)-1 when memory runs out. */
+/* The majority vote of each bit over distinct values, counted as they come: eight byte
+   lanes per 64 bits (nd_spread puts bit j of a byte in byte j), added to the totals
+   before a lane can pass 255. */
+typedef struct {
+    uint64_t lanes[8], ones[64];
+    unsigned pending;
+} nd_votes;
+
+static void
+nd_votes_flush(nd_votes *v)
+{
+    for (int b = 0; b < 8; b++) {
+        for (int j = 0; j < 8; j++) v->ones[8 * b + j] += (v->lanes[b] >> (8 * j)) & 0xff;
+        v->lanes[b] = 0;
+    }
+    v->pending = 0;
+}
+
+static inline void
+nd_votes_add(nd_votes *v, uint64_t x)
+{
+    for (int b = 0; b < 8; b++) v->lanes[b] += nd_spread[(x >> (8 * b)) & 0xff];
+    if (++v->pending == 255) nd_votes_flush(v);
+}
+
+/* Each bit set where more than half of the n values voted have it. */
+static uint64_t
+nd_votes_result(nd_votes *v, size_t n)
+{
+    nd_votes_flush(v);
+    uint64_t fp = 0;
+    for (int i = 0; i < 64; i++)
+        if (2 * v->ones[i] > n) fp |= (uint64_t)1 << i;
+    return fp;
+}
+
+/* h[0..n) compacted to its distinct values, first occurrences in order, each voted in v:
+   their count, or (size_t)-1 when memory runs out. */
 static size_t
-nd_distinct(uint64_t *h, size_t n)
+nd_distinct(uint64_t *h, size_t n, nd_votes *v)
 {
     if (n == 0) return 0;
     nd_set s;
     if (nd_set_open(&s, n) < 0) return (size_t)-1;
     size_t kept = 0;
     for (size_t i = 0; i < n; i++)
-        if (nd_set_add(&s, h[i])) h[kept++] = h[i];
+        if (nd_set_add(&s, h[i])) {
+            nd_votes_add(v, h[i]);
+            h[kept++] = h[i];
+        }
     nd_set_close(&s);
     return kept;
-}
-
-/* The majority vote of h[0..n) (distinct values), each output bit over the features. */
-static uint64_t
-nd_vote(const uint64_t *h, size_t n)
-{
-    uint64_t lanes[8] = {0}, ones[64] = {0};
-    unsigned pending = 0;
-    nd_first_use();
-    for (size_t i = 0; i < n; i++) {
-        uint64_t x = h[i];
-        for (int b = 0; b < 8; b++) lanes[b] += nd_spread[(x >> (8 * b)) & 0xff];
-        if (++pending == 255) { /* a byte lane holds up to 255 */
-            for (int b = 0; b < 8; b++) {
-                for (int j = 0; j < 8; j++) ones[8 * b + j] += (lanes[b] >> (8 * j)) & 0xff;
-                lanes[b] = 0;
-            }
-            pending = 0;
-        }
-    }
-    for (int b = 0; b < 8; b++)
-        for (int j = 0; j < 8; j++) ones[8 * b + j] += (lanes[b] >> (8 * j)) & 0xff;
-    uint64_t fp = 0;
-    for (int i = 0; i < 64; i++)
-        if (2 * ones[i] > n) fp |= (uint64_t)1 << i;
-    return fp;
 }
 
 /* The SimHash (features = 0), or it and the distinct features as bytes (features = 1), of
@@ -312,13 +325,16 @@ static PyObject *
 nd_finish(uint64_t *h, size_t n, Py_ssize_t shingle, const uint64_t *keep, int features)
 {
     n = nd_shingles(h, n, (size_t)shingle);
-    size_t kept = nd_distinct(h, n);
+    nd_first_use();
+    nd_votes v;
+    memset(&v, 0, sizeof v);
+    size_t kept = nd_distinct(h, n, &v);
     PyObject *out = NULL;
     if (kept == (size_t)-1) PyErr_NoMemory();
     else if (features)
-        out = Py_BuildValue("(Ky#)", (unsigned long long)nd_vote(h, kept), (const char *)h,
-                            (Py_ssize_t)(kept * 8));
-    else out = PyLong_FromUnsignedLongLong(nd_vote(h, kept));
+        out = Py_BuildValue("(Ky#)", (unsigned long long)nd_votes_result(&v, kept),
+                            (const char *)h, (Py_ssize_t)(kept * 8));
+    else out = PyLong_FromUnsignedLongLong(nd_votes_result(&v, kept));
     if (h != keep) free(h);
     return out;
 }
