@@ -35,9 +35,9 @@
  *                   quote_all
  *                   ref. gateway/protocol.py parse_request and _quote_all, gateway/squid.py
  *                   SquidHelper (batch loop, handle), cli/filter.py's per-line path
- *   _sp_neardup.c   near-duplicate documents (_neardup.h): simhash_text, simhash_tokens,
- *                   features_text, features_tokens, nd_jaccard, nd_jaccard_many,
- *                   nd_build, nd_query, nd_popcount
+ *   _sp_neardup.c   near-duplicate documents (_neardup.h): simhash_text, simhash_str,
+ *                   simhash_tokens, features_text, features_str, features_tokens,
+ *                   nd_jaccard, nd_jaccard_many, nd_build, nd_query, nd_popcount
  *                   ref. neardup/simhash.py, neardup/index.py _Tables._lookup_py
  */
 #include "_speedups.h"
