@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from urlsieve import Filter
-from urlsieve.cli._gateway import burst_gate, unknown_feed
+from urlsieve.config import burst_gate, unknown_feed
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import GatewayConfig, load_config
 from urlsieve.gateway.live import LiveRules

@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 
 from urlsieve import Filter
 from urlsieve.cli import main
-from urlsieve.cli.serve import learn_admin
+from urlsieve.config import learn_admin, read_config
 from urlsieve.gateway.config import GatewayConfig, load_config
 from urlsieve.gateway.learning import LearnReview
 from urlsieve.gateway.service import MAX_LEARN_PAGE, create_app
@@ -64,8 +64,9 @@ def logged() -> tuple[list[str], Any]:
 
 
 def app_for(conf: Path) -> tuple[GatewayConfig, LearnReview]:
-    config = load_config(str(conf), env={})
-    admin = learn_admin(config, logged()[1])
+    whole = read_config(str(conf), env={})
+    config = whole.gateway
+    admin = learn_admin(whole, logged()[1])
     assert admin is not None
     return config, admin
 
@@ -143,7 +144,7 @@ def test_the_endpoints_are_off_without_a_learner_or_a_token(
     conf = write_config(tmp_path, learner=False)
     config = load_config(str(conf), env={})
     lines, log = logged()
-    assert learn_admin(config, log) is None
+    assert learn_admin(read_config(str(conf), env={}), log) is None
     assert "learn.directory is required" in " ".join(lines)
     with TestClient(create_app(config)) as client:
         r = call(client, method, path, headers=AUTH)
@@ -153,9 +154,9 @@ def test_the_endpoints_are_off_without_a_learner_or_a_token(
     conf = write_config(tmp_path, token=False)
     config = load_config(str(conf), env={})
     lines, log = logged()
-    assert learn_admin(config, log) is None
+    assert learn_admin(read_config(str(conf), env={}), log) is None
     assert "service.token" in " ".join(lines)
-    config_with_learn = load_config(str(write_config(tmp_path)), env={})
+    config_with_learn = read_config(str(write_config(tmp_path)), env={})
     admin = learn_admin(config_with_learn, log)
     assert admin is not None
     try:
@@ -172,9 +173,9 @@ def test_serve_wires_nothing_without_a_learn_section(tmp_path: Path) -> None:
     conf = tmp_path / "plain.toml"
     conf.write_text(f'[rules]\nlists = ["rules.txt"]\n[service]\ntoken = "{TOKEN}"\n')
     lines, log = logged()
-    assert learn_admin(load_config(str(conf), env={}), log) is None
+    assert learn_admin(read_config(str(conf), env={}), log) is None
     assert lines == []  # silently: nothing asked for
-    no_file = load_config(
+    no_file = read_config(
         None, env={}, overrides={"token": TOKEN, "lists": [str(tmp_path / "rules.txt")]}
     )
     assert learn_admin(no_file, log) is None

@@ -6,8 +6,10 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from urlsieve.config import GatewayConfig, configured_rules, load_config, rules_source
 from urlsieve.exceptions import ConfigError
 from urlsieve.filter import Filter
 from urlsieve.match import Verdict
@@ -133,15 +135,12 @@ def take_urls(args: argparse.Namespace) -> list[str]:
     return moved + list(args.urls)
 
 
-def _rule_sources(
-    args: argparse.Namespace,
-) -> tuple[list[str], list[str], list[str], str | None, str | None]:
-    """``(lists, allow, categories, snapshot, overlay)`` from the options, the environment
-    and ``--config``, with the gateway's precedence (options > ``URLSIEVE_*`` > file).
-    ``overlay`` is the learned overlay (``learn.overlay``) when the rules are the
-    configuration's (no ``--lists``/``--allow``): the gateway enforces it beside them."""
-    from urlsieve.gateway.config import load_config
-
+def _configured(args: argparse.Namespace) -> GatewayConfig:
+    """The rule options of the command line, the environment and ``--config``, with the
+    gateway's precedence (options > ``URLSIEVE_*`` > file). Rules given on the command
+    line replace the configuration's: its snapshot goes with ``--lists``/``--allow``, and
+    its learned overlay (``learn.overlay``, enforced beside its own rules) with those and
+    with ``--snapshot``."""
     snapshot_option = getattr(args, "snapshot", None)
     if snapshot_option and (args.lists or args.allow):
         raise ConfigError(
@@ -160,68 +159,54 @@ def _rule_sources(
         needs_rules=False,
     )
     own = not args.lists and not args.allow
-    snapshot = config.snapshot if own else None
-    if snapshot is not None and not os.path.exists(snapshot) and config.lists:
-        snapshot = None  # not compiled yet: read the lists it would be compiled from
-    overlay = config.overlay if own and not snapshot_option else None
-    return list(config.lists), list(config.allow), list(config.categories), snapshot, overlay
+    return replace(
+        config,
+        snapshot=config.snapshot if own else None,
+        overlay=config.overlay if own and not snapshot_option else None,
+    )
 
 
 def load_filter(args: argparse.Namespace) -> Filter:
     """Build the filter from ``--lists``/``--allow`` (or ``--config``); report bad lines.
 
-    A compiled snapshot (``--snapshot``, the configuration's, or the only ``--lists``
-    path) is opened memory-mapped, ``--categories`` choosing among its categories as the
-    gateway does (:func:`~urlsieve.gateway.ruleset.open_snapshot`). The rules of a
-    configuration with ``learn.overlay`` come with the learned overlay beside them, as
-    the gateway enforces them (:class:`~urlsieve.layered.LayeredFilter`): what was learned,
-    and promoted, is what ``check`` and ``explain`` say.
+    The assembly room decides, as for the gateway (:func:`urlsieve.config.configured_rules`):
+    a compiled snapshot (``--snapshot``, the configuration's, or the only ``--lists``
+    path) is opened memory-mapped, ``--categories`` choosing among its categories; the
+    rules of a configuration with ``learn.overlay`` come with the learned overlay beside
+    them: what was learned, and promoted, is what ``check`` and ``explain`` say.
     """
-    lists, allow, categories, configured_snapshot, overlay = _rule_sources(args)
-    base = _load_base(args, lists, allow, categories, configured_snapshot)
-    if overlay is None or not os.path.exists(overlay):
-        return base
-    from urlsieve.layered import LayeredFilter
-
-    return LayeredFilter(base, Filter.load(overlay))
-
-
-def _load_base(
-    args: argparse.Namespace,
-    lists: list[str],
-    allow: list[str],
-    categories: list[str],
-    configured_snapshot: str | None,
-) -> Filter:
-    from urlsieve.gateway.ruleset import load_selected, open_snapshot
-    from urlsieve.match.snapshot import is_snapshot
-
-    if configured_snapshot is not None:
-        return open_snapshot(configured_snapshot, categories)
-    if not lists and not allow:
+    config = _configured(args)
+    if not config.lists and not config.allow and config.snapshot is None:
         raise ConfigError(
             "no rules: give --lists PATH... (block) and/or --allow PATH..., or --snapshot FILE"
         )
-    snapshots = [p for p in [*lists, *allow] if os.path.isfile(p) and is_snapshot(p)]
-    if snapshots:
-        if snapshots == lists and len(lists) == 1 and not allow:
-            return open_snapshot(lists[0], categories)  # --lists FILE.snap: the same
-        raise ConfigError(
-            f"{snapshots[0]} is a compiled snapshot, a whole rule set: it is not read "
-            "together with other lists; give it as --snapshot FILE (with --categories to "
-            "choose among its categories), or compile the lists together with "
-            "`urlsieve compile`"
-        )
-    bar = progress_bar([*lists, *allow])
+    paths = [*config.lists, *config.allow]
+    reads_lists = rules_source(config) is None
+    bar = progress_bar(paths) if reads_lists else None
     try:
-        flt, _ = load_selected(
-            lists, allow, categories, format=args.list_format, strict=args.strict, progress=bar
+        flt = configured_rules(
+            config,
+            _say,
+            format=args.list_format,
+            strict=args.strict,
+            progress=bar,
         )
     finally:
         if bar is not None:
             bar.close()
+    if reads_lists:
+        _report(flt, args.all_warnings)
+    return flt
+
+
+def _say(message: str) -> None:
+    print(f"urlsieve: {message}", file=sys.stderr)
+
+
+def _report(flt: Filter, all_warnings: bool) -> None:
+    """Say what reading the lists skipped, and whether they gave no rule."""
     warnings = flt.warnings
-    shown = warnings if args.all_warnings else warnings[:MAX_WARNINGS]
+    shown = warnings if all_warnings else warnings[:MAX_WARNINGS]
     for warning in shown:
         print(f"urlsieve: {warning}", file=sys.stderr)
     if len(warnings) > len(shown):
@@ -237,7 +222,6 @@ def _load_base(
             "urlsieve: warning: the lists gave no rules (check the paths and their format)",
             file=sys.stderr,
         )
-    return flt
 
 
 def rule_fields(rule: Rule | None) -> tuple[str, str, str]:

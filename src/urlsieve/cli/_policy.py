@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from urlsieve.config import GatewayConfig, load_config, policy_loader
 from urlsieve.exceptions import ConfigError
-from urlsieve.gateway.config import GatewayConfig, load_config
-from urlsieve.gateway.ruleset import policy_loader
 from urlsieve.policy.engine import PolicyEngine, Who, parse_when
 
 

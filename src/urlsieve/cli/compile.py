@@ -9,9 +9,8 @@ import time
 from typing import Any
 
 from urlsieve.cli._lists import progress_bar
+from urlsieve.config import GatewayConfig, compile_lists, load_config
 from urlsieve.exceptions import ConfigError
-from urlsieve.gateway.config import GatewayConfig, load_config
-from urlsieve.gateway.ruleset import compile_lists
 
 
 def register(sub: Any) -> None:

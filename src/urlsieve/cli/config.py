@@ -9,9 +9,16 @@ import time
 from typing import Any
 
 from urlsieve.cli._policy import add_who_arguments, policy_engine, wants_policy, who_and_when
+from urlsieve.config import (
+    ENV_VARS,
+    GatewayConfig,
+    describe,
+    filter_loader,
+    load_config,
+    load_selected,
+    snapshot_selection,
+)
 from urlsieve.exceptions import ConfigError, UrlsieveError
-from urlsieve.gateway.config import ENV_VARS, GatewayConfig, describe, load_config
-from urlsieve.gateway.ruleset import load_selected, snapshot_selection
 from urlsieve.match.snapshot import SnapshotError, read_snapshot_info
 from urlsieve.policy.engine import describe_request
 
@@ -173,7 +180,6 @@ def _decisions(config: GatewayConfig, urls: list[str], problems: list[str]) -> l
     """The gateway's decision for each URL: the rule (base, else learned, with its
     evidence), or what the unknown setting does."""
     from urlsieve.exceptions import InvalidURL
-    from urlsieve.gateway.ruleset import filter_loader
 
     rules = filter_loader(config)()
     lines = []

@@ -70,12 +70,12 @@ def register(sub: Any) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from urlsieve.learn.config import read_learn_settings
+    from urlsieve.config import read_config
 
     path = args.config or os.environ.get("URLSIEVE_CONFIG")
     if not path:
         raise ConfigError("no config file: pass --config FILE (with a [learn] section)")
-    return read_learn_settings(path)
+    return read_config(path, env={}, needs_rules=False).learner()
 
 
 def _store(settings: Any) -> Any:
@@ -87,9 +87,8 @@ def _store(settings: Any) -> Any:
 
 def _base_check(config_path: str | None) -> Callable[[str], tuple[str, str] | None]:
     """The gateway's current rules (base and learned), as the crawler's redirect check."""
-    from urlsieve.gateway.config import load_config
+    from urlsieve.config import filter_loader, load_config, rules_watch
     from urlsieve.gateway.live import LiveRules
-    from urlsieve.gateway.ruleset import filter_loader, rules_watch
 
     config = load_config(config_path, env=os.environ)
     rules = LiveRules(filter_loader(config), watch=rules_watch(config), check_seconds=1.0)
@@ -200,7 +199,7 @@ def _named_as_the_lists(
     (matched ignoring case: a phrase list's ``Gambling`` is UT1's ``gambling``), and
     ``learn.limits`` keyed by those names (an unknown key is reported, with a "did you
     mean")."""
-    from urlsieve.gateway.ruleset import configured_category_names
+    from urlsieve.config import configured_category_names
     from urlsieve.rules.categories import did_you_mean, resolve
 
     names: set[str] = set()
@@ -353,8 +352,7 @@ def _override(args: argparse.Namespace) -> int:
 def _warn_if_base_decides(config_path: str | None, url: str, action: str) -> None:
     """Learned rules and overrides apply only where the administrator's lists decide
     nothing: say so when they already decide this URL."""
-    from urlsieve.gateway.config import load_config
-    from urlsieve.gateway.ruleset import base_loader
+    from urlsieve.config import base_loader, load_config
 
     try:
         base = base_loader(load_config(config_path, env=os.environ))()

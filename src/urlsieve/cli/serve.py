@@ -5,17 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tomllib
-from collections.abc import Callable
 from typing import Any
 
 from urlsieve._accel import slow_path_message
-from urlsieve.cli._gateway import add_rule_options, burst_gate, rule_overrides, unknown_feed
+from urlsieve.cli._gateway import add_rule_options, rule_overrides
+from urlsieve.config import burst_gate, learn_admin, parse_bind, read_config, unknown_feed
 from urlsieve.exceptions import ConfigError
-from urlsieve.gateway.config import GatewayConfig, load_config, parse_bind
-from urlsieve.gateway.learning import LearnReview
 
-__all__ = ["STARTUP_FAILED", "learn_admin", "register", "run"]
+__all__ = ["STARTUP_FAILED", "register", "run"]
 
 #: Exit status when the application could not start (e.g. the seen store cannot be opened).
 STARTUP_FAILED = 2
@@ -53,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         "bind": args.bind,
         "seen_store": args.seen_store,
     }
-    config = load_config(args.config, env=os.environ, overrides=overrides)
+    whole = read_config(args.config, env=os.environ, overrides=overrides)
+    config = whole.gateway
     try:
         from urlsieve.gateway.server import serve
         from urlsieve.gateway.service import ServiceLimits, create_app
@@ -69,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if (slow := slow_path_message()) is not None:
         log(slow)
     limits = ServiceLimits()
-    admin = learn_admin(config, log)
+    admin = learn_admin(whole, log)
     feed = unknown_feed(config, log)
     burst = burst_gate(config, log) if feed is not None else None
     app = create_app(
@@ -91,37 +89,3 @@ def run(args: argparse.Namespace) -> int:
         if admin is not None:
             admin.close()
     return 0
-
-
-def learn_admin(config: GatewayConfig, log: Callable[[str], None]) -> LearnReview | None:
-    """The learned verdicts for the service's ``/v1/learn/*`` endpoints
-    (:class:`urlsieve.learn.admin.LearnAdmin`), or None when they stay off: no config
-    file or no ``[learn]`` section (silently), a section without the learner's keys
-    (``learn.directory``: the learner runs elsewhere) or no ``service.token`` (logged).
-    The verdict store is opened now, so a damaged one fails at start-up."""
-    path = config.source_file
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as fh:
-            has_learn = isinstance(tomllib.load(fh).get("learn"), dict)
-    except (OSError, tomllib.TOMLDecodeError):
-        return None  # load_config has read it: a file that changed since is not ours
-    if not has_learn:
-        return None
-    from urlsieve.learn.admin import LearnAdmin
-    from urlsieve.learn.config import read_learn_settings
-
-    try:
-        settings = read_learn_settings(path)
-    except ConfigError as exc:
-        log(f"the learn endpoints (/v1/learn/*) are off: {exc}")
-        return None
-    if config.read_token() is None:
-        log(
-            "the learn endpoints (/v1/learn/*) are off: they need service.token or "
-            "service.token_file"
-        )
-        return None
-    admin: LearnReview = LearnAdmin(settings)  # checked against the service's protocol
-    return admin

@@ -8,14 +8,22 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from urlsieve._accel import slow_path_message
-from urlsieve.cli._gateway import add_rule_options, burst_gate, rule_overrides, unknown_feed
+from urlsieve.cli._gateway import add_rule_options, rule_overrides
+from urlsieve.config import (
+    FailureMode,
+    burst_gate,
+    filter_loader,
+    load_config,
+    policy_loader,
+    rules_notify,
+    rules_watch,
+    unknown_feed,
+)
 from urlsieve.console.stream import HelperTap
 from urlsieve.exceptions import ConfigError
-from urlsieve.gateway.config import FailureMode, load_config
 from urlsieve.gateway.live import LiveRules
 from urlsieve.gateway.policy_helper import POLICY_FALLBACK_PAGE, PolicyHelper
 from urlsieve.gateway.protocol import HelperMode, parse_request
-from urlsieve.gateway.ruleset import filter_loader, policy_loader, rules_notify, rules_watch
 from urlsieve.gateway.squid import (
     HelperSettings,
     HelperStats,

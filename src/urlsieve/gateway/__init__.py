@@ -3,11 +3,13 @@
 - :mod:`urlsieve.gateway.protocol` — Squid's helper line protocols;
 - :mod:`urlsieve.gateway.squid` — the helper (decisions, failure mode, stdin/stdout loop);
 - :mod:`urlsieve.gateway.live` — the current rules of a process, reloaded on SIGHUP/change;
-- :mod:`urlsieve.gateway.config` — the TOML configuration and its environment overrides;
+- :mod:`urlsieve.gateway.config` — the gateway's options (read by :mod:`urlsieve.config`);
 - :mod:`urlsieve.gateway.service` — the Starlette lookup service (``service`` extra).
 """
 
-from urlsieve.gateway.config import FailureMode, GatewayConfig, load_config
+from typing import Any
+
+from urlsieve.gateway.config import FailureMode, GatewayConfig
 from urlsieve.gateway.live import LiveRules, NoRules
 from urlsieve.gateway.protocol import HelperMode, ProtocolError
 from urlsieve.gateway.squid import HelperSettings, SquidHelper
@@ -23,3 +25,11 @@ __all__ = [
     "SquidHelper",
     "load_config",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "load_config":  # the assembly room's reader, importable from here too
+        from urlsieve.config import load_config
+
+        return load_config
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -61,7 +61,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from urlsieve.exceptions import ConfigError, StoreError
+from urlsieve.config import open_seen_store, rules_loader, rules_notify, rules_watch
 from urlsieve.filter import Filter
 from urlsieve.gateway.api import check as checks
 from urlsieve.gateway.api import learn as learning
@@ -155,15 +155,8 @@ from urlsieve.gateway.headers import framing_problem
 from urlsieve.gateway.learning import LearnReview
 from urlsieve.gateway.live import LiveRules
 from urlsieve.gateway.metrics import Metrics
-from urlsieve.gateway.ruleset import (
-    filter_loader,
-    policy_loader,
-    rules_notify,
-    rules_watch,
-)
 from urlsieve.gateway.unknown import BurstGate, UnknownFeed
 from urlsieve.policy.clients import AddressSet, parse_address
-from urlsieve.seen import open_seen
 
 __all__ = ["MAX_BATCH", "ServiceLimits", "ServiceState", "create_app"]
 
@@ -283,7 +276,7 @@ def create_app(
     (``urlsieve serve`` wires it when the config has the learner's ``[learn]`` section;
     on only with a token too). The caller owns it (and closes it).
     """
-    loader: Callable[[], Any] = load or policy_loader(config) or filter_loader(config, log)
+    loader: Callable[[], Any] = load or rules_loader(config, log)
     token = config.read_token()
     trusted = AddressSet.of(parse_address(a) for a in config.trusted_proxies)
     caps = limits or ServiceLimits()
@@ -303,12 +296,7 @@ def create_app(
                 notify=notify,
             )
         )
-        store = None
-        if config.seen_store:
-            try:
-                store = open_seen(config.seen_store)
-            except (StoreError, ConfigError) as exc:
-                raise ConfigError(f"service.seen_store {config.seen_store!r}: {exc}") from exc
+        store = open_seen_store(config)
         pace = config.reload_check_seconds
         reloader = Reloader(rules, min(pace, NOTICE_SECONDS) if notify else pace, log)
         app.state.urlsieve = ServiceState(

@@ -39,6 +39,11 @@ downloaded and drops blocked ones (``IgnoreRequest``, counted in the stats as
     URLSIEVE_ALLOW_LISTS = []                     # allow lists (with list files only)
     URLSIEVE_DROP_INVALID = False                 # drop URLs urlsieve cannot canonicalise
 
+With a gateway configuration file (``URLSIEVE_CONFIG``), the middleware enforces what the
+Squid helper and the service enforce for it (:mod:`urlsieve.config` builds all three):
+its policy when it has one, else its rules (snapshot or lists, the selected categories,
+the learned overlay beside them); its relative paths are relative to the file.
+
 With a policy (``URLSIEVE_POLICY``: a gateway TOML file with ``[[acl]]`` tables, or
 ``URLSIEVE_SQUIDGUARD_CONF``: a squidGuard.conf), each request is decided by the policy:
 who asks is the request's ``meta["urlsieve_user"]``, else the spider's ``urlsieve_user``
@@ -335,42 +340,41 @@ class UrlsieveFilterMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         from scrapy.exceptions import NotConfigured
 
-        from urlsieve.filter import Filter
-        from urlsieve.match.snapshot import is_snapshot
+        from urlsieve.config import open_rules, read_config, rules_loader
+        from urlsieve.policy.engine import PolicyEngine
 
         settings = crawler.settings
+        drop_invalid = settings.getbool("URLSIEVE_DROP_INVALID")
         policy_file = settings.get("URLSIEVE_POLICY")
+        config_file = settings.get("URLSIEVE_CONFIG") or policy_file
         squidguard = settings.get("URLSIEVE_SQUIDGUARD_CONF")
-        if policy_file or squidguard:
-            from urlsieve.gateway.config import load_config
-            from urlsieve.gateway.ruleset import policy_loader
-
-            config = load_config(
-                policy_file, overrides={"squidguard_conf": squidguard}, needs_rules=False
-            )
-            load = policy_loader(config)
-            if load is None:
+        if config_file or squidguard:
+            # What the gateway enforces for this configuration (the assembly room decides):
+            # its policy, else its rules with the learned overlay beside them.
+            config = read_config(
+                config_file, env={}, overrides={"squidguard_conf": squidguard}
+            ).gateway
+            if policy_file and config.policy is None and not config.squidguard_conf:
                 raise ConfigError(f"URLSIEVE_POLICY={policy_file!r} has no [[acl]] tables")
-            engine = load()
-            logger.info("urlsieve filter middleware: policy from %s", policy_file or squidguard)
-            return cls(
-                engine.rules,
-                crawler=crawler,
-                drop_invalid=settings.getbool("URLSIEVE_DROP_INVALID"),
-                policy=engine,
-            )
+            loaded = rules_loader(config, lambda message: logger.info("urlsieve: %s", message))()
+            source = config_file or squidguard
+            if isinstance(loaded, PolicyEngine):
+                logger.info("urlsieve filter middleware: policy from %s", source)
+                return cls(loaded.rules, crawler=crawler, drop_invalid=drop_invalid, policy=loaded)
+            logger.info("urlsieve filter middleware: %d rules from %s", len(loaded), source)
+            return cls(loaded, crawler=crawler, drop_invalid=drop_invalid)
         paths = settings.getlist("URLSIEVE_RULES")
         allow = settings.getlist("URLSIEVE_ALLOW_LISTS")
         if not paths:
-            raise NotConfigured("set URLSIEVE_RULES to a compiled snapshot or to list paths")
-        if len(paths) == 1 and not allow and is_snapshot(paths[0]):
-            rules = Filter.load(paths[0])
-        else:
-            rules = Filter.from_lists(paths, allow)
-            for warning in rules.warnings[:20]:
-                logger.warning("urlsieve: %s", warning)
+            raise NotConfigured(
+                "set URLSIEVE_RULES to a compiled snapshot or to list paths (or "
+                "URLSIEVE_CONFIG to a gateway configuration file)"
+            )
+        rules = open_rules(paths, allow)
+        for warning in rules.warnings[:20]:
+            logger.warning("urlsieve: %s", warning)
         logger.info("urlsieve filter middleware: %d rules from %s", len(rules), ", ".join(paths))
-        return cls(rules, crawler=crawler, drop_invalid=settings.getbool("URLSIEVE_DROP_INVALID"))
+        return cls(rules, crawler=crawler, drop_invalid=drop_invalid)
 
     def _inc(self, key: str) -> None:
         if self.crawler is not None and self.crawler.stats is not None:

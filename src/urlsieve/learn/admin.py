@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from urlsieve.exceptions import InvalidURL, RuleSyntaxError
-from urlsieve.learn.config import LearnSettings, read_learn_settings
+from urlsieve.learn.config import LearnSettings
 from urlsieve.learn.overlay import (
     RESOURCE,
     build_overlay,
@@ -203,7 +203,9 @@ class LearnAdmin:
     @classmethod
     def from_config(cls, path: str) -> LearnAdmin:
         """The admin for the ``[learn]`` section of the TOML file at ``path``."""
-        return cls(read_learn_settings(path))
+        from urlsieve.config import read_config
+
+        return cls(read_config(path, env={}, needs_rules=False).learner())
 
     def close(self) -> None:
         self.store.close()
@@ -354,7 +356,7 @@ class LearnAdmin:
         """The category names of the gateway's own lists, read once (none when the
         configuration has no lists or they cannot be read: names stay as written)."""
         if self._list_categories is None:
-            from urlsieve.gateway.ruleset import configured_category_names
+            from urlsieve.config import configured_category_names
 
             try:
                 found = configured_category_names(self.settings.source_file)

@@ -40,23 +40,19 @@
     segment_seconds = 0.1          # a segment is closed (handed to the classifier) this soon
     max_bytes = 1073741824
 
-Relative paths are relative to the file's directory. Every key is checked: a typo is an
-error naming the key and the keys known.
+The section is read by the assembly room (:func:`urlsieve.config.read_config`, with the
+rest of the file): relative paths are relative to the file's directory, and every key is
+checked (a typo is an error naming the key and the keys known).
 """
 
 from __future__ import annotations
 
-import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from urlsieve.exceptions import ConfigError
-from urlsieve.store.spec import resolve_spec
-
-__all__ = ["LearnSettings", "read_learn_settings"]
+__all__ = ["LearnSettings", "learn_settings", "read_learn_settings"]
 
 
 @dataclass(frozen=True)
@@ -101,155 +97,18 @@ class LearnSettings:
         return self.directory / "learned"
 
 
-_TOP = {
-    "queue", "unknown", "overlay", "directory", "phrases", "banned", "exceptions", "lexicons",
-    "limit", "limits", "promote_after", "batch", "lease_seconds", "crawl", "spool", "verdicts",
-    "unclassifiable", "burst", "pending", "pending_url",
-}  # fmt: skip
-_CRAWL = {
-    "user_agent": str, "timeout": float, "max_bytes": int, "concurrency": int, "per_host": int,
-    "delay": float, "max_redirects": int, "robots": bool, "allow_networks": list, "hosts": dict,
-    "content_types": list, "ports": list, "accept": str, "accept_language": str,
-    "check_user_agent": str, "robots_agent": str, "scan_bytes": int,
-}  # fmt: skip
-_SPOOL = {"segment_bytes": int, "segment_seconds": float, "max_bytes": int}
-
-
 def read_learn_settings(path: str) -> LearnSettings:
     """The ``[learn]`` section of the TOML file at ``path``; :class:`ConfigError` naming
-    the key for anything missing, unknown or of the wrong type."""
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except OSError as exc:
-        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path}: not valid TOML: {exc}") from exc
-    section = data.get("learn")
-    if not isinstance(section, dict):
-        raise ConfigError(
-            f"config file {path}: no [learn] section: set at least learn.queue, "
-            "learn.directory and learn.overlay"
-        )
-    return learn_settings(section, path)
+    the key for anything missing, unknown or of the wrong type. Read by the assembly
+    room (:func:`urlsieve.config.read_config`); kept here for one release."""
+    from urlsieve.config import read_config
+
+    return read_config(path, env={}, needs_rules=False).learner()
 
 
 def learn_settings(section: Mapping[str, Any], path: str) -> LearnSettings:
-    where = f"{path} [learn]"
-    base = Path(path).resolve().parent
+    """The learner's settings of a ``[learn]`` table (:func:`urlsieve.config.learn_settings`);
+    kept here for one release."""
+    from urlsieve.config import model
 
-    def bad(key: str, expected: str) -> ConfigError:
-        return ConfigError(f"{where}: {key} must be {expected}, not {section.get(key)!r}")
-
-    for key in section:
-        if key not in _TOP:
-            raise ConfigError(
-                f"{where}: unknown option learn.{key} (known: {', '.join(sorted(_TOP))})"
-            )
-    for key in ("queue", "directory", "overlay"):
-        if not isinstance(section.get(key), str) or not section[key]:
-            raise ConfigError(f"{where}: learn.{key} is required (a string)")
-
-    def one_path(value: Any, key: str) -> Path:
-        if not isinstance(value, str) or not value:
-            raise bad(key, "a path")
-        p = Path(value).expanduser()
-        return p if p.is_absolute() else base / p
-
-    def paths(key: str) -> tuple[Path, ...]:
-        value = section.get(key, [])
-        if not isinstance(value, list):
-            raise bad(key, "a list of paths")
-        return tuple(one_path(v, key) for v in value)
-
-    def integer(key: str, default: int, low: int, high: int) -> int:
-        value = section.get(key, default)
-        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-            raise bad(key, f"an integer from {low} to {high}")
-        return value
-
-    lexicons = []
-    raw = section.get("lexicons", [])
-    if not isinstance(raw, list):
-        raise bad("lexicons", "a list of {path, category, weight} tables")
-    for at, item in enumerate(raw, 1):
-        if (
-            not isinstance(item, dict)
-            or set(item) != {"path", "category", "weight"}
-            or not isinstance(item["category"], str)
-            or not isinstance(item["weight"], int)
-        ):
-            raise ConfigError(
-                f'{where}: lexicons #{at} must be {{ path = "…", category = "…", weight = N }}'
-            )
-        lexicons.append((one_path(item["path"], "lexicons"), item["category"], item["weight"]))
-    limits = section.get("limits", {})
-    if not isinstance(limits, dict) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in limits.values()
-    ):
-        raise bad("limits", "a table of category = integer")
-    lease = section.get("lease_seconds", 120.0)
-    if not isinstance(lease, int | float) or not (math.isfinite(lease) and 1 <= lease <= 86400):
-        raise bad("lease_seconds", "a number of seconds from 1 to 86400")
-    unknown = section.get("unknown", "allow-first")
-    if unknown not in ("allow-first", "block", "allow"):
-        raise bad("unknown", "'allow-first', 'block' or 'allow'")
-    unclassifiable = section.get("unclassifiable", "block")
-    if unclassifiable not in ("block", "allow"):
-        raise bad("unclassifiable", "'block' or 'allow' (a policy may warn on the category)")
-    crawl = _table(section, "crawl", _CRAWL, where)
-    spool = _table(section, "spool", _SPOOL, where)
-    return LearnSettings(
-        queue=resolve_spec(str(section["queue"]), base),
-        verdicts=_verdicts_spec(section.get("verdicts"), base, where),
-        directory=one_path(section["directory"], "directory"),
-        overlay=one_path(section["overlay"], "overlay"),
-        unknown=unknown,
-        unclassifiable=unclassifiable,
-        phrases=paths("phrases"),
-        banned=paths("banned"),
-        exceptions=paths("exceptions"),
-        lexicons=tuple(lexicons),
-        limit=integer("limit", 50, 1, 1_000_000),
-        limits=dict(limits),
-        promote_after=integer("promote_after", 3, 0, 1_000_000),
-        batch=integer("batch", 32, 1, 10_000),
-        lease_seconds=float(lease),
-        crawl=crawl,
-        spool=spool,
-        source_file=path,
-    )
-
-
-def _verdicts_spec(value: Any, base: Path, where: str) -> str | None:
-    """``learn.verdicts``: a server URL as it is, a path relative to the file."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: learn.verdicts must be a path or a valkey:// URL")
-    if "://" in value:
-        return value
-    path = Path(value).expanduser()
-    return str(path if path.is_absolute() else base / path)
-
-
-def _table(
-    section: Mapping[str, Any], name: str, kinds: Mapping[str, type], where: str
-) -> dict[str, Any]:
-    table = section.get(name, {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where}: learn.{name} must be a table")
-    out: dict[str, Any] = {}
-    for key, given in table.items():
-        kind = kinds.get(key)
-        if kind is None:
-            raise ConfigError(
-                f"{where}: unknown option learn.{name}.{key} (known: {', '.join(sorted(kinds))})"
-            )
-        value = given
-        if kind is float and isinstance(given, int) and not isinstance(given, bool):
-            value = float(given)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(f"{where}: learn.{name}.{key} must be {kind.__name__}, not {value!r}")
-        out[key] = tuple(value) if isinstance(value, list) else value
-    return out
+    return model.learn_settings(section, path)
