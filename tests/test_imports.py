@@ -3,10 +3,12 @@ order in which the package happens to load its modules."""
 
 from __future__ import annotations
 
+import ast
 import pkgutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import urlsieve
 
@@ -39,3 +41,219 @@ def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
         if code != 0 and not (name.startswith(OPTIONAL) and "ModuleNotFoundError" in err)
     ]
     assert not failed, failed
+
+
+# -- the layers: who may import whom (read from the source, function-level imports too) --
+
+SRC = Path(urlsieve.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> list[tuple[str, tuple[str, ...], int]]:
+    """``(module, names imported from it, line)`` for every import in the file at ``path``."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return _imports_in(path.read_text("utf-8"), package)
+
+
+def _imports_in(source: str, package: str) -> list[tuple[str, tuple[str, ...], int]]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, (), node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            found.append((base, tuple(a.name for a in node.names), node.lineno))
+    return found
+
+
+def _sources() -> list[tuple[str, Path]]:
+    return [(_module_name(p), p) for p in sorted(SRC.rglob("*.py"))]
+
+
+def _subpackage(module: str) -> str | None:
+    """``urlsieve.gateway.squid`` → ``gateway``; None for a module of the root package."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[0] != "urlsieve" or not (SRC / parts[1]).is_dir():
+        return None
+    return parts[1]
+
+
+#: Left to do: the console reads the service's request helpers (``_state``, ``_who``,
+#: ``_read_body``…); the service's split into API areas (issue 32) gives them a module
+#: and public names. Nothing else may be added here.
+PRIVATE_LEFT = {("console", "urlsieve.gateway.service")}
+
+
+def test_no_module_imports_another_packages_private_names() -> None:
+    """A subpackage's ``_private`` modules and names are its own: another subpackage uses
+    what it exports. (The root package's ``urlsieve._accel``, ``_lines``… are shared by
+    every subpackage: they are the package's own internals.)"""
+    wrong = []
+    for name, path in _sources():
+        own = _subpackage(name)
+        for target, names, line in _imports(path):
+            theirs = _subpackage(target)
+            if theirs is None or theirs == own or (own, target) in PRIVATE_LEFT:
+                continue
+            private = [p for p in target.split(".")[2:] if p.startswith("_")]
+            private += [n for n in names if n.startswith("_") and not n.startswith("__")]
+            if private:
+                wrong.append(f"{path.relative_to(SRC)}:{line}: {target} {private}")
+    assert not wrong, wrong
+
+
+#: Subpackage → subpackages (or modules) it must not import. The entry points (the
+#: command line, the Squid helper and service of ``gateway``, the Scrapy integration)
+#: build what they run in the assembly room (``urlsieve.config``) and import nothing of
+#: each other; the room builds from the parts and imports no entry point.
+FORBIDDEN = {
+    "cli": ("urlsieve.integrations", "urlsieve.gateway.config", "urlsieve.gateway.ruleset"),
+    "gateway": ("urlsieve.cli", "urlsieve.integrations"),
+    "integrations": ("urlsieve.cli", "urlsieve.gateway", "urlsieve.console"),
+    "config": (
+        "urlsieve.cli",
+        "urlsieve.integrations",
+        "urlsieve.console",
+        "urlsieve.gateway.service",
+        "urlsieve.gateway.ruleset",
+    ),
+    "policy": ("urlsieve.cli", "urlsieve.integrations", "urlsieve.gateway", "urlsieve.config"),
+}
+
+
+def test_entry_points_build_in_the_assembly_room_and_not_from_each_other() -> None:
+    wrong = []
+    for name, path in _sources():
+        for target, names, line in _imports(path):
+            forbidden = FORBIDDEN.get(_subpackage(name) or "", ())
+            full = [target, *(f"{target}.{n}" for n in names)]
+            if any(t == f or t.startswith(f + ".") for t in full for f in forbidden):
+                wrong.append(f"{path.relative_to(SRC)}:{line}: imports {target}")
+    assert not wrong, wrong
+
+
+def test_the_forbidden_imports_are_found() -> None:
+    """The check above reads imports at any depth, relative ones too."""
+    code = "def f():\n    from ..cli import main\n    import urlsieve.gateway.ruleset\n"
+    found = {t for t, _, _ in _imports_in(code, "urlsieve.integrations")}
+    assert found == {"urlsieve.cli", "urlsieve.gateway.ruleset"}
+
+
+def _module_level_graph() -> dict[str, set[str]]:
+    """Module → the urlsieve modules it imports when it is imported (top-level statements,
+    not under ``if TYPE_CHECKING``); a module's own packages are left out (they are loaded
+    before it whatever it imports)."""
+    names = {name for name, _ in _sources()}
+    graph: dict[str, set[str]] = {}
+    for name, path in _sources():
+        edges: set[str] = set()
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.parse(path.read_text("utf-8")).body:
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                base = node.module or ""
+                if node.level:
+                    base = f"{package}.{base}" if base else package
+                edges.add(base)
+                edges |= {f"{base}.{a.name}" for a in node.names}
+        graph[name] = {
+            e for e in edges if e in names and e != name and not name.startswith(e + ".")
+        }
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of ``graph`` with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                top = stack.pop()
+                on.discard(top)
+                part.append(top)
+                if top == node:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _circles(graph) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_between_modules() -> None:
+    """No two modules import each other, directly or around a circle, as they load."""
+    assert _circles(_module_level_graph()) == []
+
+
+def _private_attributes(tree: ast.AST) -> set[str]:
+    """The ``_names`` a module defines: functions, classes, ``self._x`` and module names."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            found.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            found.add(node.target.id)
+    return {n for n in found if n.startswith("_")}
+
+
+def test_the_policy_uses_the_matchers_public_interface_only() -> None:
+    """``urlsieve.policy`` reads the compiled rules through :class:`SnapshotMatcher`'s
+    public methods: no ``obj._name`` it reads (other than ``self``'s) is one the matchers
+    (:mod:`urlsieve.match`) define and the policy does not."""
+    trees = {p: ast.parse(p.read_text("utf-8")) for p in (SRC / "policy").glob("*.py")}
+    own = set().union(*(_private_attributes(t) for t in trees.values()))
+    matchers = set().union(
+        *(
+            _private_attributes(ast.parse(p.read_text("utf-8")))
+            for p in (SRC / "match").glob("*.py")
+        )
+    )
+    assert len(matchers) > 10  # the matchers were read (their private names found)
+    wrong = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+                and node.attr in matchers - own
+            ):
+                wrong.append(f"{path.name}:{node.lineno}: ._{node.attr.lstrip('_')}")
+    assert not wrong, wrong
