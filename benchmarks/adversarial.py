@@ -116,7 +116,7 @@ def _helper_over_pipe(data: bytes) -> None:
 def _service_post(url: str) -> None:
     from starlette.testclient import TestClient
 
-    from urlsieve.gateway.config import load_config
+    from urlsieve.config import load_config
     from urlsieve.gateway.service import create_app
 
     config = load_config(

@@ -216,10 +216,15 @@ hosts = {json.dumps(names).replace('":', '" =')}
 def gateway(config_path: Path, *, notify: bool = True) -> Iterator[tuple[Any, Any, Any]]:
     """The Squid helper object as ``urlsieve squid-helper`` builds it from the config
     (rules, change notice, unknown feed, burst cap), and a ``learn run`` process."""
-    from urlsieve.cli._gateway import burst_gate, unknown_feed
-    from urlsieve.gateway.config import load_config
+    from urlsieve.config import (
+        burst_gate,
+        filter_loader,
+        load_config,
+        rules_notify,
+        rules_watch,
+        unknown_feed,
+    )
     from urlsieve.gateway.live import LiveRules
-    from urlsieve.gateway.ruleset import filter_loader, rules_notify, rules_watch
     from urlsieve.gateway.squid import HelperSettings, SquidHelper
 
     config = load_config(str(config_path), env={})
