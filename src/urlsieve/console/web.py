@@ -325,20 +325,20 @@ class Console:
 
     @staticmethod
     def _state(request: Request) -> ServiceState:
-        from urlsieve.gateway.api.state import _state
+        from urlsieve.gateway.api.shared import state_of as _state
 
         return _state(request)
 
     def _page_who(self, request: Request) -> Who:
         """Who opened the page: the peer, or what a trusted proxy's header says. The query
         is not read (the redirect's ``client=`` is the client's own claim)."""
-        from urlsieve.gateway.api.reading import _who
+        from urlsieve.gateway.api.shared import who as _who
 
         bare = Request({**request.scope, "query_string": b""})
         return _who(bare, self._state(request))
 
     def _console_peer(self, request: Request) -> str:
-        from urlsieve.gateway.api.reading import _peer
+        from urlsieve.gateway.api.shared import peer as _peer
 
         peer = _peer(request, self._state(request))
         if peer is None or peer not in self.clients:
@@ -353,7 +353,7 @@ class Console:
         """The urlencoded form, each field at most once (UTF-8), from this site's pages."""
         from dataclasses import replace
 
-        from urlsieve.gateway.api.reading import _read_body
+        from urlsieve.gateway.api.shared import read_body as _read_body
 
         fetched_from = request.headers.get("sec-fetch-site")
         if fetched_from is not None and fetched_from not in ("same-origin", "none"):
@@ -381,7 +381,8 @@ class Console:
 
     def _facts(self, state: ServiceState, url: str, who: Who) -> dict[str, Any]:
         """What the gateway does with ``url`` for ``who`` now, in words."""
-        from urlsieve.gateway.api.state import _filter_of, _loaded
+        from urlsieve.gateway.api.shared import filter_of as _filter_of
+        from urlsieve.gateway.api.shared import loaded as _loaded
 
         loaded = _loaded(state)
         facts: dict[str, Any] = {"group": None, "evidence": [], "category": None}
@@ -491,7 +492,7 @@ class Console:
 
     async def block_page(self, request: Request) -> Response:
         from urlsieve.gateway.api.pages import confirmation
-        from urlsieve.gateway.api.reading import _url_param
+        from urlsieve.gateway.api.shared import url_param as _url_param
 
         state = self._state(request)
         url = _url_param(request)
@@ -690,7 +691,7 @@ class Console:
     # -- console pages ------------------------------------------------------------------
 
     def _filters(self, request: Request) -> dict[str, str]:
-        from urlsieve.gateway.api.reading import _one_query
+        from urlsieve.gateway.api.shared import one_query as _one_query
 
         out = {}
         for name in ("client", "group", "category", "action"):
@@ -755,7 +756,7 @@ class Console:
         return out
 
     async def events(self, request: Request) -> Response:
-        from urlsieve.gateway.api.reading import _count_param
+        from urlsieve.gateway.api.shared import count_param as _count_param
 
         if self._session(request) is None:
             return JSONResponse({"error": "unauthorized", "detail": "log in"}, status_code=401)
@@ -772,7 +773,7 @@ class Console:
         )
 
     async def explain_page(self, request: Request) -> Response:
-        from urlsieve.gateway.api.reading import _one_query
+        from urlsieve.gateway.api.shared import one_query as _one_query
 
         session = self._session(request)
         if session is None:
@@ -803,7 +804,8 @@ class Console:
         )
 
     def _explain(self, state: ServiceState, form: dict[str, str]) -> dict[str, Any]:
-        from urlsieve.gateway.api.state import _filter_of, _loaded
+        from urlsieve.gateway.api.shared import filter_of as _filter_of
+        from urlsieve.gateway.api.shared import loaded as _loaded
 
         loaded = _loaded(state)
         url = form["url"]
@@ -868,7 +870,7 @@ class Console:
         )
 
     async def review_action(self, request: Request) -> Response:
-        from urlsieve.gateway.api.learn import _after_write
+        from urlsieve.gateway.api.shared import after_write as _after_write
 
         session = self._session(request)
         if session is None:
@@ -929,7 +931,8 @@ class Console:
         return done
 
     async def policy_page(self, request: Request) -> Response:
-        from urlsieve.gateway.api.state import _filter_of, _loaded
+        from urlsieve.gateway.api.shared import filter_of as _filter_of
+        from urlsieve.gateway.api.shared import loaded as _loaded
         from urlsieve.gateway.ruleset import rules_info
 
         session = self._session(request)
