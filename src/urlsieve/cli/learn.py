@@ -221,9 +221,9 @@ def _named_as_the_lists(
 
 
 def _admin(args: argparse.Namespace) -> Any:
-    from urlsieve.learn.admin import LearnAdmin
+    from urlsieve.config import open_learn_admin
 
-    return LearnAdmin(_settings(args))
+    return open_learn_admin(_settings(args))
 
 
 def _open_queue_retrying(spec: str, log: Callable[[str], None]) -> Any:

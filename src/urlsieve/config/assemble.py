@@ -26,6 +26,8 @@ from urlsieve.layered import LayeredFilter
 
 if TYPE_CHECKING:
     from urlsieve.gateway.learning import LearnReview
+    from urlsieve.learn.admin import LearnAdmin
+    from urlsieve.learn.config import LearnSettings
     from urlsieve.policy.engine import PolicyEngine
     from urlsieve.policy.model import Policy
     from urlsieve.seen import SeenStore
@@ -39,6 +41,7 @@ __all__ = [
     "configured_rules",
     "filter_loader",
     "learn_admin",
+    "open_learn_admin",
     "open_seen_store",
     "policy_loader",
     "rules_loader",
@@ -321,7 +324,15 @@ def learn_admin(config: Config, log: Log) -> LearnReview | None:
             "service.token_file"
         )
         return None
+    admin: LearnReview = open_learn_admin(settings)  # checked against the service's protocol
+    return admin
+
+
+def open_learn_admin(settings: LearnSettings) -> LearnAdmin:
+    """The learned verdicts of ``settings`` for review and override
+    (:class:`~urlsieve.learn.admin.LearnAdmin`), spelling a block's category as the
+    gateway's lists of the same file spell it."""
     from urlsieve.learn.admin import LearnAdmin
 
-    admin: LearnReview = LearnAdmin(settings)  # checked against the service's protocol
-    return admin
+    source = settings.source_file
+    return LearnAdmin(settings, list_categories=lambda: configured_category_names(source))

@@ -22,7 +22,7 @@ import dataclasses
 import itertools
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from urlsieve.exceptions import InvalidURL, RuleSyntaxError
@@ -193,19 +193,21 @@ def _rule_verdict(rule: Rule, key: str, source: str) -> Learned:
 class LearnAdmin:
     """The learned verdicts of one gateway, for review and override (see the module)."""
 
-    def __init__(self, settings: LearnSettings) -> None:
+    def __init__(
+        self,
+        settings: LearnSettings,
+        *,
+        list_categories: Callable[[], Iterable[str]] | None = None,
+    ) -> None:
+        """``list_categories``: the category names of the gateway's own lists (the
+        assembly room passes :func:`urlsieve.config.configured_category_names` of the
+        file; None: no lists known, categories are kept as written)."""
         self.settings = settings
         settings.directory.mkdir(parents=True, exist_ok=True)
         self.store = open_verdicts(settings.verdicts_spec)
         self._write_lock = threading.Lock()
+        self._read_list_categories = list_categories
         self._list_categories: frozenset[str] | None = None
-
-    @classmethod
-    def from_config(cls, path: str) -> LearnAdmin:
-        """The admin for the ``[learn]`` section of the TOML file at ``path``."""
-        from urlsieve.config import read_config
-
-        return cls(read_config(path, env={}, needs_rules=False).learner())
 
     def close(self) -> None:
         self.store.close()
@@ -356,12 +358,12 @@ class LearnAdmin:
         """The category names of the gateway's own lists, read once (none when the
         configuration has no lists or they cannot be read: names stay as written)."""
         if self._list_categories is None:
-            from urlsieve.config import configured_category_names
-
-            try:
-                found = configured_category_names(self.settings.source_file)
-            except Exception:  # an override needs no lists; only the spelling is at stake
-                found = set()
+            found: Iterable[str] = ()
+            if self._read_list_categories is not None:
+                try:
+                    found = self._read_list_categories()
+                except Exception:  # an override needs no lists; only the spelling is at stake
+                    found = ()
             self._list_categories = frozenset(found)
         return self._list_categories
 
