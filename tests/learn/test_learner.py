@@ -14,10 +14,10 @@ import pytest
 
 from tests.learn.origin import ATTACK_PAGES, BLOCKED_HOST, PAGES, Origin, Route, origin_server
 from urlsieve.cli import main
+from urlsieve.config import learn_settings
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import load_config
 from urlsieve.gateway.ruleset import filter_loader
-from urlsieve.learn.config import learn_settings
 from urlsieve.learn.queue import Sighting, open_queue
 from urlsieve.learn.sink import queue_sink
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LearnSettings", "learn_settings", "read_learn_settings"]
+__all__ = ["LearnSettings"]
 
 
 @dataclass(frozen=True)
@@ -97,18 +97,22 @@ class LearnSettings:
         return self.directory / "learned"
 
 
-def read_learn_settings(path: str) -> LearnSettings:
-    """The ``[learn]`` section of the TOML file at ``path``; :class:`ConfigError` naming
-    the key for anything missing, unknown or of the wrong type. Read by the assembly
-    room (:func:`urlsieve.config.read_config`); kept here for one release."""
-    from urlsieve.config import read_config
-
-    return read_config(path, env={}, needs_rules=False).learner()
+#: Names moved to the assembly room (:mod:`urlsieve.config`), importable from here for
+#: one release: ``read_learn_settings(path)`` is ``read_config(path, env={},
+#: needs_rules=False).learner()``; ``learn_settings`` is :func:`urlsieve.config.learn_settings`.
+_MOVED = ("learn_settings", "read_learn_settings")
 
 
-def learn_settings(section: Mapping[str, Any], path: str) -> LearnSettings:
-    """The learner's settings of a ``[learn]`` table (:func:`urlsieve.config.learn_settings`);
-    kept here for one release."""
-    from urlsieve.config import model
+def __getattr__(name: str) -> Any:
+    if name == "learn_settings":
+        from urlsieve.config import model
 
-    return model.learn_settings(section, path)
+        return model.learn_settings
+    if name == "read_learn_settings":
+        from urlsieve.config import read_config
+
+        def read_learn_settings(path: str) -> LearnSettings:
+            return read_config(path, env={}, needs_rules=False).learner()
+
+        return read_learn_settings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
