@@ -117,7 +117,7 @@ def _service_post(url: str) -> None:
     from starlette.testclient import TestClient
 
     from urlsieve.config import load_config
-    from urlsieve.gateway.service import create_app
+    from urlsieve.service.app import create_app
 
     config = load_config(
         None, env={}, overrides={"snapshot": str(WORK / "rules.snap"), "seen_store": "memory:"}

@@ -314,7 +314,7 @@ def test_every_entry_point_gives_the_same_verdicts(
     # the service
     from starlette.testclient import TestClient
 
-    from urlsieve.gateway.service import create_app
+    from urlsieve.service.app import create_app
 
     with TestClient(create_app(read_config(str(setup), env={}).gateway)) as client:
         for url, (blocked, category) in CASES.items():

@@ -25,9 +25,9 @@ from urlsieve.console.auth import hash_password, verify_password
 from urlsieve.console.i18n import negotiate
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.config import load_config
-from urlsieve.gateway.service import create_app
 from urlsieve.learn.overlay import build_overlay
 from urlsieve.learn.verdicts import Learned, VerdictStore, rule_key
+from urlsieve.service.app import create_app
 
 PASSWORD = "a password of some length"
 HASH = hash_password(PASSWORD)

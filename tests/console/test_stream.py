@@ -24,7 +24,7 @@ from urlsieve.console.stream import (
     event,
 )
 from urlsieve.gateway.config import load_config
-from urlsieve.gateway.service import create_app
+from urlsieve.service.app import create_app
 
 WRITER = """
 import sys

@@ -18,7 +18,7 @@ from tests.fuzz.corpus import SEEDS
 from tests.fuzz.policy import rules_filter, write_lists
 from tests.fuzz.strategies import blocked_spellings, hostile_lines
 from urlsieve.gateway.config import load_config
-from urlsieve.gateway.service import create_app
+from urlsieve.service.app import create_app
 
 TOKEN = "fuzz-token-0123456789abcdef"
 #: httpx refuses longer URLs itself ("URL too long").

@@ -23,12 +23,12 @@ from urlsieve.gateway.live import LiveRules
 from urlsieve.gateway.pending import pending_page
 from urlsieve.gateway.protocol import HelperMode
 from urlsieve.gateway.ruleset import LayeredLoader
-from urlsieve.gateway.service import create_app
 from urlsieve.gateway.squid import HelperSettings, SquidHelper
 from urlsieve.gateway.unknown import BurstGate, UnknownFeed, site_of
 from urlsieve.learn.overlay import build_overlay
 from urlsieve.learn.queue import MemoryQueue, open_queue
 from urlsieve.learn.verdicts import Learned, VerdictStore
+from urlsieve.service.app import create_app
 
 BLOCK_PAGE = "http://block.test/?url=%u&category=%c"
 PENDING_PAGE = "http://gw.test:8399/v1/pending?url=%u"

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 from urlsieve import Filter
 from urlsieve.cli import main
 from urlsieve.gateway.config import load_config
-from urlsieve.gateway.service import create_app
+from urlsieve.service.app import create_app
 
 SELECTED = ["adult", "social_networks"]
 #: url, verdict under the selection, deciding category, every selected category matching

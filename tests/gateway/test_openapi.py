@@ -1,5 +1,5 @@
 """The service's OpenAPI document is made from the same declarations as its routes
-(:mod:`urlsieve.gateway.api.openapi`): it lists exactly the routes the app serves (the
+(:mod:`urlsieve.service.openapi`): it lists exactly the routes the app serves (the
 learn endpoints only when they are on, the console's pages only when the console is
 mounted), each handler's parameters and body are the declared ones, a route cannot be
 declared without its document entry, and the document validates as OpenAPI 3.1."""
@@ -21,11 +21,11 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from tests.gateway.test_service_learn import AUTH, app_for, write_config
-from urlsieve.gateway import service
-from urlsieve.gateway.api import openapi, reading
-from urlsieve.gateway.api.openapi import Api, Endpoint, Endpoints, Param, errors, json_ok
 from urlsieve.gateway.config import load_config
-from urlsieve.gateway.service import ENDPOINTS, create_app
+from urlsieve.service import app as service
+from urlsieve.service import openapi, reading
+from urlsieve.service.app import ENDPOINTS, create_app
+from urlsieve.service.openapi import Api, Endpoint, Endpoints, Param, errors, json_ok
 
 LEARN = {("/v1/learn/verdicts", "get"), ("/v1/learn/verdict", "get")} | {
     (f"/v1/learn/{op}", "post") for op in ("allow", "block", "forget")
@@ -141,7 +141,7 @@ def _called(fn: Callable[..., Any]) -> Iterator[FunctionType]:
         for name in current.__code__.co_names:
             target = current.__globals__.get(name)
             if isinstance(target, FunctionType) and target.__module__.startswith(
-                "urlsieve.gateway.api."
+                "urlsieve.service."
             ):
                 todo.append(target)
 
@@ -179,7 +179,7 @@ def test_the_reading_check_sees_a_parameter_left_out() -> None:
 def test_every_handler_of_the_areas_is_declared() -> None:
     """A public coroutine of an area module taking the request is a declared handler: no
     handler is left to be routed by hand."""
-    from urlsieve.gateway.api import check, learn, ops, pages, seen
+    from urlsieve.service import check, learn, ops, pages, seen
 
     declared = {endpoint.handler for endpoint in ENDPOINTS}
     for module in (check, learn, ops, pages, seen):
@@ -263,7 +263,7 @@ def test_a_declared_endpoint_is_routed_and_documented() -> None:
 
 
 def test_the_service_module_keeps_the_names_it_had_before_the_split() -> None:
-    """Code written against urlsieve.gateway.service still imports from it."""
+    """Code written against urlsieve.service.app still imports from it."""
     names = [
         "ApiError", "CONFIRM_SECONDS", "INLINE_BATCH", "INLINE_CHARS", "LEARN_PAGE",
         "LEARN_PATHS", "MAX_BATCH", "MAX_CONFIRM_BODY", "MAX_LEARN_OFFSET", "MAX_LEARN_PAGE",
@@ -283,7 +283,7 @@ def test_the_service_module_keeps_the_names_it_had_before_the_split() -> None:
 def test_a_learn_write_documents_the_fields_it_takes(op: str) -> None:
     """The body schema of ``/v1/learn/<op>`` names the fields the handler accepts (it
     refuses any other)."""
-    from urlsieve.gateway.api.learn import _LEARN_FIELDS
+    from urlsieve.service.learn import _LEARN_FIELDS
 
     (endpoint,) = (e for e in ENDPOINTS if e.path == f"/v1/learn/{op}")
     assert endpoint.body is not None

@@ -29,10 +29,10 @@ from starlette.testclient import TestClient
 from tests.gateway.servers import free_port
 from urlsieve import Filter
 from urlsieve.gateway.config import GatewayConfig, load_config
-from urlsieve.gateway.server import listen
-from urlsieve.gateway.service import MAX_BATCH, ServiceLimits, create_app
 from urlsieve.match.snapshot import compile_snapshot
 from urlsieve.rules.model import ALLOW, BLOCK, parse_rule
+from urlsieve.service.app import MAX_BATCH, ServiceLimits, create_app
+from urlsieve.service.server import listen
 
 TOKEN = "reload-token-0123456789"
 
@@ -320,7 +320,7 @@ def test_openapi_document(client: TestClient) -> None:
         "/v1/reload",
         "/metrics",
         "/healthz",
-        # The block pages and the console (urlsieve.console.web), HTML
+        # The block pages and the console (urlsieve.service.console), HTML
         "/block",
         "/block/review",
         "/static/urlsieve/{name}",
@@ -746,8 +746,8 @@ def test_sighup_reloads_and_the_process_lives(
 _GUARDED = """
 import sys
 from urlsieve.gateway.config import load_config
-from urlsieve.gateway.server import serve
-from urlsieve.gateway.service import ServiceLimits, create_app
+from urlsieve.service.server import serve
+from urlsieve.service.app import ServiceLimits, create_app
 
 snapshot, port, header_timeout, max_connections = sys.argv[1:]
 config = load_config(None, env={}, overrides={"snapshot": snapshot})

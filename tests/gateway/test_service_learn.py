@@ -26,9 +26,9 @@ from urlsieve.cli import main
 from urlsieve.config import learn_admin, read_config
 from urlsieve.gateway.config import GatewayConfig, load_config
 from urlsieve.gateway.learning import LearnReview
-from urlsieve.gateway.service import MAX_LEARN_PAGE, create_app
 from urlsieve.learn.overlay import build_overlay
 from urlsieve.learn.verdicts import Learned, VerdictStore, rule_key
+from urlsieve.service.app import MAX_LEARN_PAGE, create_app
 
 TOKEN = "learn-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -554,7 +554,7 @@ def test_the_gateway_never_imports_the_learner() -> None:
     """The learn endpoints come through a protocol: importing the service (and its
     protocol) loads nothing of :mod:`urlsieve.learn`."""
     code = (
-        "import sys, urlsieve.gateway.service, urlsieve.gateway.learning\n"
+        "import sys, urlsieve.service.app, urlsieve.gateway.learning\n"
         "print(sorted(m for m in sys.modules if m.startswith('urlsieve.learn')))"
     )
     out = subprocess.run(

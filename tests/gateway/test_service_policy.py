@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 
 from tests.policy import sgpolicy
 from urlsieve.gateway.config import load_config
-from urlsieve.gateway.service import create_app
+from urlsieve.service.app import create_app
 
 
 @pytest.fixture

@@ -33,8 +33,8 @@ from tests.gateway.servers import free_port
 from tests.gateway.test_service import running
 from urlsieve.gateway.config import load_config
 from urlsieve.gateway.headers import framing_problem, last_named, named_addresses
-from urlsieve.gateway.service import confirmation, continue_key, create_app
 from urlsieve.policy.engine import Who
+from urlsieve.service.app import confirmation, continue_key, create_app
 
 PUPILS_ON_LOOPBACK = '["127.0.0.0/8", "::1"]'
 PUPILS_BEHIND_A_PROXY = '["10.0.1.0/24"]'
@@ -135,7 +135,7 @@ def serve_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 UNDER_UVICORN = """
 import json, sys, uvicorn
 from urlsieve.gateway.config import load_config
-from urlsieve.gateway.service import create_app
+from urlsieve.service.app import create_app
 app = create_app(load_config(sys.argv[1], env={}))
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning",
             **json.loads(sys.argv[3]))

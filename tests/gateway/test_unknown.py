@@ -241,7 +241,7 @@ def test_config_learn_section(tmp_path: Path) -> None:
 def test_the_service_queues_unknown_urls_for_the_peer(tmp_path: Path, unknown: str) -> None:
     from starlette.testclient import TestClient
 
-    from urlsieve.gateway.service import create_app
+    from urlsieve.service.app import create_app
 
     snapshot = tmp_path / "base.snap"
     base().save(snapshot)
@@ -317,7 +317,7 @@ def test_a_policy_does_not_watch_the_overlay(tmp_path: Path) -> None:
 def test_the_service_exports_what_the_learning_hook_did(tmp_path: Path) -> None:
     from starlette.testclient import TestClient
 
-    from urlsieve.gateway.service import create_app
+    from urlsieve.service.app import create_app
 
     snapshot = tmp_path / "base.snap"
     base().save(snapshot)

@@ -18,9 +18,9 @@ from starlette.testclient import TestClient
 from tests.gateway.test_helper import HelperProcess
 from urlsieve.cli import main
 from urlsieve.gateway.config import load_config
-from urlsieve.gateway.service import create_app
 from urlsieve.learn.overlay import build_overlay
 from urlsieve.learn.verdicts import Learned, VerdictStore, rule_key
+from urlsieve.service.app import create_app
 
 #: URL -> (action the helper takes, category when blocked, what it is).
 CASES = {

@@ -18,13 +18,13 @@ from urlsieve.gateway.config import load_config
 from urlsieve.gateway.live import LiveRules
 from urlsieve.gateway.policy_helper import PolicyHelper
 from urlsieve.gateway.protocol import HelperMode
-from urlsieve.gateway.service import create_app
 from urlsieve.gateway.squid import HelperSettings
 from urlsieve.policy.engine import PASS, WARN, PolicyEngine, Who
 from urlsieve.policy.model import PolicyError
 from urlsieve.policy.native import read_native
 from urlsieve.policy.warn import MemoryGrants, SqliteGrants, ValkeyGrants, site_of
 from urlsieve.rules.model import BLOCK, parse_rule
+from urlsieve.service.app import create_app
 
 POLICY = """
 [policy]

@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     whole = read_config(args.config, env=os.environ, overrides=overrides)
     config = whole.gateway
     try:
-        from urlsieve.gateway.server import serve
-        from urlsieve.gateway.service import ServiceLimits, create_app
+        from urlsieve.service.app import ServiceLimits, create_app
+        from urlsieve.service.server import serve
     except ImportError as exc:
         raise ConfigError(
             f"the service needs its extra: pip install 'urlsieve[service]' ({exc})"

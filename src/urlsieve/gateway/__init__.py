@@ -4,7 +4,7 @@
 - :mod:`urlsieve.gateway.squid` — the helper (decisions, failure mode, stdin/stdout loop);
 - :mod:`urlsieve.gateway.live` — the current rules of a process, reloaded on SIGHUP/change;
 - :mod:`urlsieve.gateway.config` — the gateway's options (read by :mod:`urlsieve.config`);
-- :mod:`urlsieve.gateway.service` — the Starlette lookup service (``service`` extra).
+- the HTTP lookup service built on these parts is :mod:`urlsieve.service`.
 """
 
 from typing import Any

@@ -3,7 +3,7 @@
 - **Framing.** A request is framed one way only (RFC 9112 §6.1, §6.3): one
   ``Content-Length`` value, or ``Transfer-Encoding`` (HTTP/1.1) without one; a
   single ``Host``. :func:`framing_problem` says what is wrong otherwise; the server
-  (:mod:`urlsieve.gateway.server`) checks the head as received, the application
+  (:mod:`urlsieve.service.server`) checks the head as received, the application
   the headers any other server hands it.
 - **Forwarding headers.** ``X-Forwarded-For``, ``Forwarded`` and ``X-Real-IP``
   name a client; only a trusted proxy's word counts, and of it only the last

@@ -1,6 +1,6 @@
 """The service's one hook for reviewing what the gateway learned: a narrow protocol.
 
-``urlsieve serve`` hands :func:`urlsieve.gateway.service.create_app` an object of this
+``urlsieve serve`` hands :func:`urlsieve.service.app.create_app` an object of this
 shape (:class:`urlsieve.learn.admin.LearnAdmin`) when the config has a ``[learn]``
 section with the learner's directory, so the ``/v1/learn/*`` endpoints can list, show,
 override and forget learned verdicts while the gateway package never imports

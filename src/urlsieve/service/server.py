@@ -43,7 +43,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from urlsieve.exceptions import ConfigError
 from urlsieve.gateway.headers import framing_problem
-from urlsieve.gateway.service import ServiceLimits
+from urlsieve.service.app import ServiceLimits
 
 __all__ = ["GuardedH11Protocol", "OneFramingConnection", "guarded_protocol", "listen", "serve"]
 

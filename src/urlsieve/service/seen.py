@@ -10,12 +10,12 @@ from starlette.responses import JSONResponse, Response
 
 from urlsieve.exceptions import InvalidURL, StoreError
 from urlsieve.fingerprint import canonical_bytes
-from urlsieve.gateway.api.check import invalid_url_json
-from urlsieve.gateway.api.errors import ApiError
-from urlsieve.gateway.api.openapi import Endpoints, errors, json_body, json_ok, ref
-from urlsieve.gateway.api.reading import _chars, _json_body, _kind, _off_loop, _url_list
-from urlsieve.gateway.api.state import _state
 from urlsieve.seen import SeenStore
+from urlsieve.service.check import invalid_url_json
+from urlsieve.service.errors import ApiError
+from urlsieve.service.openapi import Endpoints, errors, json_body, json_ok, ref
+from urlsieve.service.reading import _chars, _json_body, _kind, _off_loop, _url_list
+from urlsieve.service.state import _state
 
 API = Endpoints()
 

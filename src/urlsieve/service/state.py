@@ -1,5 +1,5 @@
 """What the service's endpoints share: its limits, its state (created by the lifespan of
-:func:`urlsieve.gateway.service.create_app`) and the reloader of its rules."""
+:func:`urlsieve.service.app.create_app`) and the reloader of its rules."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from urlsieve.filter import Filter
-from urlsieve.gateway.api.errors import ApiError
 from urlsieve.gateway.learning import LearnReview
 from urlsieve.gateway.live import LiveRules, NoRules
 from urlsieve.gateway.metrics import Metrics
@@ -21,6 +20,7 @@ from urlsieve.gateway.unknown import BurstGate, UnknownFeed
 from urlsieve.policy.clients import AddressSet
 from urlsieve.policy.engine import PolicyEngine
 from urlsieve.seen import SeenStore
+from urlsieve.service.errors import ApiError
 
 __all__ = ["Reloader", "ServiceLimits", "ServiceState"]
 
@@ -35,7 +35,7 @@ class ServiceLimits:
     """The service's hard caps; the defaults are documented in the README (Lookup service).
 
     ``max_body`` and ``body_timeout`` are enforced by the application; the others by
-    the server (:mod:`urlsieve.gateway.server`, ``urlsieve serve``).
+    the server (:mod:`urlsieve.service.server`, ``urlsieve serve``).
     """
 
     #: Bytes of a request body; a larger one is refused (413) before or while it is read.
@@ -85,7 +85,7 @@ class ServiceState:
     continue_key: bytes = field(default_factory=_process_key)
     #: The decision stream's writer (``console.decision_log``; urlsieve.console.stream).
     decisions: Any = None
-    #: The block pages and the console (urlsieve.console.web.Console); None: no Jinja2.
+    #: The block pages and the console (urlsieve.service.console.Console); None: no Jinja2.
     console: Any = None
 
 

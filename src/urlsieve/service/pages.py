@@ -19,9 +19,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from urlsieve.exceptions import InvalidURL, StoreError
-from urlsieve.gateway.api.errors import ApiError
-from urlsieve.gateway.api.openapi import WHO, Endpoints, errors, form_body, html_page, url_param
-from urlsieve.gateway.api.reading import (
+from urlsieve.gateway.pending import pending_page
+from urlsieve.gateway.unknown import site_of
+from urlsieve.policy.engine import WARN, Decision, PolicyEngine, Who
+from urlsieve.service.errors import ApiError
+from urlsieve.service.openapi import WHO, Endpoints, errors, form_body, html_page, url_param
+from urlsieve.service.reading import (
     _decoded_url,
     _form_field,
     _off_loop,
@@ -29,10 +32,7 @@ from urlsieve.gateway.api.reading import (
     _url_param,
     _who,
 )
-from urlsieve.gateway.api.state import ServiceState, _loaded, _rules, _state
-from urlsieve.gateway.pending import pending_page
-from urlsieve.gateway.unknown import site_of
-from urlsieve.policy.engine import WARN, Decision, PolicyEngine, Who
+from urlsieve.service.state import ServiceState, _loaded, _rules, _state
 
 API = Endpoints()
 

@@ -13,10 +13,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from urlsieve.exceptions import InvalidURL, LearnError
-from urlsieve.gateway.api.check import verdict_json
-from urlsieve.gateway.api.errors import ApiError
-from urlsieve.gateway.api.openapi import Endpoints, Param, errors, json_body, json_ok, url_param
-from urlsieve.gateway.api.reading import (
+from urlsieve.gateway.learning import ACTIONS, SOURCES, LearnReview
+from urlsieve.service.check import verdict_json
+from urlsieve.service.errors import ApiError
+from urlsieve.service.openapi import Endpoints, Param, errors, json_body, json_ok, url_param
+from urlsieve.service.reading import (
     _authorize,
     _choice,
     _count_param,
@@ -24,8 +25,7 @@ from urlsieve.gateway.api.reading import (
     _kind,
     _url_param,
 )
-from urlsieve.gateway.api.state import ServiceState, _rules, _state
-from urlsieve.gateway.learning import ACTIONS, SOURCES, LearnReview
+from urlsieve.service.state import ServiceState, _rules, _state
 
 T = TypeVar("T")
 

@@ -13,9 +13,13 @@ from starlette.responses import JSONResponse, Response
 
 from urlsieve.exceptions import InvalidURL
 from urlsieve.filter import Filter
-from urlsieve.gateway.api.errors import ApiError
-from urlsieve.gateway.api.openapi import WHO, Endpoints, errors, json_body, json_ok, ref, url_param
-from urlsieve.gateway.api.reading import (
+from urlsieve.gateway.unknown import PENDING_CATEGORY, UNKNOWN_CATEGORY, BurstGate, site_of
+from urlsieve.match.base import Explanation, Verdict
+from urlsieve.policy.engine import BLOCK, WARN, Decision, PolicyEngine, Who
+from urlsieve.rules.model import Rule
+from urlsieve.service.errors import ApiError
+from urlsieve.service.openapi import WHO, Endpoints, errors, json_body, json_ok, ref, url_param
+from urlsieve.service.reading import (
     _chars,
     _json_body,
     _off_loop,
@@ -23,11 +27,7 @@ from urlsieve.gateway.api.reading import (
     _url_param,
     _who,
 )
-from urlsieve.gateway.api.state import ServiceState, _loaded, _rules, _state
-from urlsieve.gateway.unknown import PENDING_CATEGORY, UNKNOWN_CATEGORY, BurstGate, site_of
-from urlsieve.match.base import Explanation, Verdict
-from urlsieve.policy.engine import BLOCK, WARN, Decision, PolicyEngine, Who
-from urlsieve.rules.model import Rule
+from urlsieve.service.state import ServiceState, _loaded, _rules, _state
 
 API = Endpoints()
 

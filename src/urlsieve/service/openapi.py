@@ -2,7 +2,7 @@
 
 Each handler is declared next to its code with the path, method, summary, parameters,
 request body and responses of its operation (:class:`Endpoints`, a decorator); the
-server (:func:`urlsieve.gateway.service.create_app`) turns the one list into Starlette's
+server (:func:`urlsieve.service.app.create_app`) turns the one list into Starlette's
 routes (:meth:`Api.routes`) and serves the document made of the same list at
 ``/openapi.json`` (:meth:`Api.document`): a route cannot exist without its entry in the
 document, nor an entry without its route. The schemas the operations share (``Verdict``,
@@ -21,10 +21,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from urlsieve import __version__
-from urlsieve.gateway.api.errors import Handler, _wrap
-from urlsieve.gateway.api.reading import MAX_BATCH
-from urlsieve.gateway.api.state import ServiceState, _state
 from urlsieve.gateway.learning import ACTIONS, SOURCES
+from urlsieve.service.errors import Handler, _wrap
+from urlsieve.service.reading import MAX_BATCH
+from urlsieve.service.state import ServiceState, _state
 
 __all__ = ["COMPONENTS", "Api", "Endpoint", "Endpoints", "Param"]
 

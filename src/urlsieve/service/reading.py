@@ -17,8 +17,6 @@ import anyio
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 
-from urlsieve.gateway.api.errors import ApiError
-from urlsieve.gateway.api.state import ServiceLimits, ServiceState
 from urlsieve.gateway.headers import (
     FORWARDING_HEADERS,
     address_key,
@@ -26,6 +24,8 @@ from urlsieve.gateway.headers import (
     named_addresses,
 )
 from urlsieve.policy.engine import Who
+from urlsieve.service.errors import ApiError
+from urlsieve.service.state import ServiceLimits, ServiceState
 
 T = TypeVar("T")
 

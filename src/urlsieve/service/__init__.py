@@ -1,4 +1,13 @@
-"""The lookup service's endpoints, by job (the server is :mod:`urlsieve.gateway.service`).
+"""The HTTP lookup service (``urlsieve serve``; the ``service`` extra): an entry point
+that builds what it runs in the assembly room (:mod:`urlsieve.config`) from the gateway's
+parts, as the Squid helper and the command line do.
+
+- :mod:`.app`: :func:`~.app.create_app` (the Starlette application, its lifespan: rules,
+  reloads, stores), the middlewares
+- :mod:`.server`: running it on uvicorn, with the caps uvicorn lacks
+- :mod:`.console`: the admin console's pages (mounted by :func:`~.app.create_app`)
+
+The endpoints, by job:
 
 - :mod:`.check`: the verdicts (``/v1/check``, ``/v1/explain``) and what they hand on
 - :mod:`.pages`: the pages a browser is sent to (``/v1/continue``, ``/v1/pending``)

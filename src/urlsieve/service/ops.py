@@ -8,14 +8,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from urlsieve.filter import Filter
-from urlsieve.gateway.api.errors import ApiError
-from urlsieve.gateway.api.openapi import Endpoints, errors
-from urlsieve.gateway.api.reading import _authorize
-from urlsieve.gateway.api.state import _filter_of, _rules, _state
 from urlsieve.gateway.live import NoRules
 from urlsieve.gateway.metrics import CONTENT_TYPE
 from urlsieve.gateway.ruleset import rules_info
 from urlsieve.gateway.unknown import UnknownFeed
+from urlsieve.service.errors import ApiError
+from urlsieve.service.openapi import Endpoints, errors
+from urlsieve.service.reading import _authorize
+from urlsieve.service.state import _filter_of, _rules, _state
 
 API = Endpoints()
 
