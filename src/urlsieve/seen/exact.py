@@ -8,14 +8,17 @@ bucket comes from the top 32 bits of its fingerprint (``(fp >> 32) * buckets
 one (linear probing by buckets). Nothing is ever deleted, so a lookup stops at
 the first bucket with an empty slot.
 
-At 85 % load the table grows by 2×: the writer holding the lock rehashes into
-a new file (space reserved first, so a full disk fails before anything
-changes), syncs it, renames it over the store and marks the old file
-*retired*; every other process notices (the retired word, or a link count of
-0 under the lock) and reopens. Between growths the load is 42–85 %, so the
-store costs 9.4–19 bytes per URL; growing from the default size to a million
-URLs rewrites the table four times (1.5× growth did it seven times, and cost
-4× a presized store's adds). The new table is built in memory and written with
+At 85 % load the table grows by 2× (4× while it is under 8 MiB, about 840,000
+URLs): the writer holding the lock rehashes into a new file (space reserved
+first, so a full disk fails before anything changes), syncs it, renames it over
+the store and marks the old file *retired*; every other process notices (the
+retired word, or a link count of 0 under the lock) and reopens; a lock-free add
+that overlapped the growth is redone in the new file (see
+:mod:`urlsieve.seen._mapped`). Between growths the load is 42–85 %, so the
+store costs 9.4–19 bytes per URL (21–85 % and up to 38 bytes while under
+8 MiB); growing from the default size to a million URLs rewrites the table
+twice (1.5× growth did it seven times, and cost 4× a presized store's adds;
+2× four times). The new table is built in memory and written with
 one ``pwrite`` and one ``fsync`` (up to :data:`GROW_IN_MEMORY`; a bigger one
 in the new file's mapping): the old table's keys are inserted in slot order,
 which is nearly sorted by home bucket, by the compiled insert (numpy reference:
@@ -70,6 +73,10 @@ __all__ = ["ExactStore"]
 SLOTS = 8  # per bucket: one cache line
 MAX_LOAD = 0.85
 GROWTH = 2.0
+#: A table smaller than this grows by :data:`FAST_GROWTH` instead (fewer rewrites and
+#: fsyncs while the store is small: from the default size to a million URLs, two).
+FAST_GROWTH_BELOW = 8 << 20
+FAST_GROWTH = 4.0
 #: A grown table up to this size is built in memory and written once; a bigger one in
 #: the new file's mapping (so that a huge store never needs its table twice in memory).
 GROW_IN_MEMORY = 256 << 20
@@ -268,8 +275,9 @@ class ExactStore(MappedStore):
         # What the copy holds (a lock-free add that overlapped this section counted itself
         # in this file, or not yet: it redoes its add in the grown one).
         count = len(keys)
+        growth = FAST_GROWTH if self._buckets * SLOTS * 8 < FAST_GROWTH_BELOW else GROWTH
         buckets = max(
-            math.ceil(self._buckets * GROWTH), _buckets_for((count + extra) * MAX_LOAD / 0.6)
+            math.ceil(self._buckets * growth), _buckets_for((count + extra) * MAX_LOAD / 0.6)
         )
         for stale in glob.glob(glob.escape(self._path) + ".grow-*.tmp"):
             os.unlink(stale)  # left by a writer killed while growing (we hold the lock)
