@@ -11,7 +11,7 @@ interleaved runs:
    fingerprinter: ``w3lib`` canonicalisation + SHA-1, cached per request object, so each
    run gets new ``Request`` objects) against ``UrlsieveDupeFilter`` on each store it opens
    by default (``memory:`` without ``JOBDIR``, ``exact:`` with it) and on a ``bloom:``
-   file, with its default batching and with ``URLSIEVE_BATCH = 1`` (a lock a request).
+   file, with its default batching and with ``URLSIEVE_BATCH = 1`` (an ``add`` a request).
 2. A seen store's ``add(url)`` / ``url in store`` one at a time against rbloom as its
    documentation shows it (``Bloom(expected_items, false_positive_rate)``, ``add``,
    ``in``), with the floors measured in the same run: an empty method call, a ``dict``
@@ -373,8 +373,8 @@ by run (run i of each contender ran back to back) and their median is shown.
 new `Request` objects (Scrapy caches a fingerprint per request object) and a new filter.
 urlsieve keys on the canonical URL under the crawler profile (tracking parameters
 dropped, parameters sorted: one compiled call, `url_key`), and writes new URLs to a file
-store a batch at a time (`URLSIEVE_BATCH`, 1,000; the rows with 1 take the file lock once
-a request).
+store a batch at a time (`URLSIEVE_BATCH`, 1,000; the rows with 1 add each new URL at once,
+one lock-free `add`).
 
 {scrapy_text}
 
