@@ -41,8 +41,9 @@ repairs what they may have left (the dirty word's repair) and opens a new
 epoch. The whole argument is in ``_speedups.c`` (``store_session``). The
 store option ``locked`` (``?locked=1``) takes the lock for every add instead:
 then, of several processes adding one URL at once, exactly one is told it is
-new (lock-free: exact, the same but for an add that overlaps a growth;
-Bloom, each may be). Without the compiled extension every add is locked.
+new (lock-free: exact, the same unless a batch or a growth overlaps the add;
+Bloom, each may be). Every process sharing a file must follow this protocol:
+a urlsieve from before it writes without the sequence. Without the compiled extension every add is locked.
 
 **Creation** is atomic: the file is written under a temporary name, with
 its space reserved (``posix_fallocate``, so a full disk is an error at once
