@@ -152,7 +152,7 @@ def test_sigkill_during_lock_free_adds(kind: str, tmp_path: Path) -> None:
     try:
         for kill in range(12):
             recv, send = CTX.Pipe(duplex=False)
-            start = progress["trying"]
+            start = progress["flushed"]  # the URLs after it are added again (one was cut)
             proc = CTX.Process(target=_killed_adder, args=(spec, start, send))
             proc.start()
             send.close()
