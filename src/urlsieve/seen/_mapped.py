@@ -43,7 +43,8 @@ store option ``locked`` (``?locked=1``) takes the lock for every add instead:
 then, of several processes adding one URL at once, exactly one is told it is
 new (lock-free: exact, the same unless a batch or a growth overlaps the add;
 Bloom, each may be). Every process sharing a file must follow this protocol:
-a urlsieve from before it writes without the sequence. Without the compiled extension every add is locked.
+a urlsieve from before it writes without the sequence. Without the compiled
+extension every add is locked.
 
 **Creation** is atomic: the file is written under a temporary name, with
 its space reserved (``posix_fallocate``, so a full disk is an error at once
