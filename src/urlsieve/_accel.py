@@ -34,6 +34,7 @@ COMPILED_PATHS: dict[str, str] = {
     "url_key": "one URL's fingerprint (crawler query too)",
     "exact_add_locked": "exact: one add / lookup",
     "bloom_add_locked": "bloom: one add / lookup",
+    "store_session": "exact/bloom: locked sections beside lock-free adds",
     "table_place": "snapshot tables (compile)",
     "compile_lines": "list reading (compile)",
     "snapshot_match": "rule lookup (match_many)",

@@ -4,7 +4,9 @@
  * seen/exact.py, and the stores' Python sessions over seen/_mapped.py's file (tests/seen/:
  * test_bloom_speedups.py, test_bloom_urls.py, test_exact_speedups.py, test_one_url.py).
  * Here: bloom_test, bloom_insert, exact_lookup, exact_insert, exact_add_locked and
- * bloom_add_locked (one add under the file lock), bloom_urls.
+ * bloom_add_locked (one add: lock-free, or under the file lock), store_session (the
+ * locked sections' header steps beside lock-free adds; tests/seen/test_lockfree.py),
+ * bloom_urls.
  */
 #include "_speedups.h"
 
@@ -213,7 +215,8 @@ bloom_commit(table_args *a, int t, Py_ssize_t fresh)
         PyErr_NoMemory();
         return -1;
     }
-    *(uint64_t *)a->count.buf += (uint64_t)fresh;
+    /* atomic: lock-free adds raise it too (see store_session) */
+    __atomic_fetch_add((uint64_t *)a->count.buf, (uint64_t)fresh, __ATOMIC_SEQ_CST);
     Py_BEGIN_ALLOW_THREADS
     bloom_set(bits, (uint64_t)(a->table.len / 64), t, h, out, a->n);
     Py_END_ALLOW_THREADS
@@ -362,23 +365,67 @@ exact_insert(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* ---------------------------------------------------------------------------------------
- * One add under the store's file lock, in one call (issue 34): exact_add_locked and
- * bloom_add_locked take the file's exclusive flock, check the dynamic header words of
- * seen/_mapped.py (dirty, retired, the layer count), mark the file dirty, add one
- * fingerprint, clear the mark and unlock. Whatever the store's Python session would have
- * to do first (repair a dead writer's leftovers, follow a grown or retired file, grow)
- * is left to it: the call returns -2 having changed nothing. The caller holds the store's
- * thread lock and has checked that the store is open in this process.
+ * One add to a store file in one call (issue 34): exact_add_locked and bloom_add_locked.
+ *
+ * fd >= 0: the add under the file's exclusive flock (the stores' `locked` mode): check
+ * the dynamic header words of seen/_mapped.py (dirty, retired, the layer count, no
+ * lock-free adder registered), mark the file dirty, enter the writers' sequence, add,
+ * leave it, clear the mark, unlock.
+ * fd == -2: the add without the lock (the default), the shared protocol below.
+ * fd == -1: a lookup without the lock.
+ * Whatever the store's Python session would have to do first (repair a dead writer's or
+ * adder's leftovers, follow a grown or retired file, grow, add a layer) is left to it:
+ * the call returns -2 having changed nothing. The caller holds the store's thread lock
+ * and has checked that the store is open in this process.
+ *
+ * The shared protocol (lock-free adds), words of the header:
+ *   W_SEQ     the writers' sequence: every locked section (a batch, a growth, a repair,
+ *             a locked add) makes it odd when it starts (a new value: (s + 2) | 1, then a
+ *             full fence) and even when it ends. A writer that dies leaves it odd.
+ *   W_ADDING  (epoch << 32) | the number of lock-free adds in flight in that epoch.
+ * A lock-free add registers in W_ADDING (fetch_add, which also reads the epoch), reads
+ * W_SEQ (s0), and gives up (-2, nothing changed) when s0 is odd, the file is dirty or
+ * retired, or the layers changed. Otherwise it adds with atomics only: exact, a CAS of
+ * the key into the empty slot its probe found (another key there: probe again; the same
+ * key: held) then count + 1; Bloom, count + 1 (given back when the layer was full: -2)
+ * then an atomic OR of each word. Then a full fence and W_SEQ read again (s1), and it
+ * leaves W_ADDING (a CAS decrement, only in the epoch it entered).
+ *   s1 == s0: every atomic of the add precedes, in the single order of seq_cst
+ *     operations, the W_SEQ store of any locked section that had not started at s0: that
+ *     writer's reads (a growth's copy, a batch's probes, a recount) come after its fence
+ *     and see the add. Sections that started before s0 had ended (s0 even), or s0 would
+ *     be odd. So the add is complete and counted: 0.
+ *   s1 != s0: a locked section overlapped the add; its plain writes (a batch's slot or
+ *     block, its count) may have overwritten the add's, or its copy (a growth) missed it.
+ *     The call returns 2 ("added, redo it locked"): the store redoes the add under the
+ *     lock (exact: recount, then find or insert; Bloom: OR the bits again; idempotent)
+ *     and reports it new. The redo's own section may overlap other adds: they redo too;
+ *     the last section of a burst overlaps none, so the final count is exact.
+ * A lock-free adder killed mid-add stays registered in W_ADDING. A locked section, once
+ * W_SEQ is odd (new adds give up at once), waits a little for the in-flight adds to
+ * leave (store_session); those still there are taken for dead: the store repairs what
+ * they may have left (exact: recount; Bloom: a count above the set bits) and opens a new
+ * epoch with none in flight (a live adder of the old epoch that was only slow does not
+ * decrement the new epoch; its s1 differs from its s0, so it redoes its add locked).
  */
 #include <sys/file.h>
 #include <errno.h>
+#include <sched.h>
+#include <time.h>
 
 /* seen/_mapped.py's dynamic header words */
 #define W_DIRTY 32
 #define W_RETIRED 33
 #define W_COUNT 34
 #define W_NLAYERS 35
+#define W_SEQ 36
+#define W_ADDING 37
 #define HEADER_WORDS 512
+#define ADDING_IN_FLIGHT UINT64_C(0xffffffff)
+#define SEQ __ATOMIC_SEQ_CST
+#define RELAXED __ATOMIC_RELAXED
+/* How long a locked section waits for the in-flight lock-free adds (nanoseconds). */
+#define ADDING_WAIT_NS 2000000
 
 /* flock(fd, how) without the GIL (another process may hold it); -1 on failure. */
 static int
@@ -400,12 +447,14 @@ locked_args(const char *name, PyObject *words, PyObject *fd_arg, Py_buffer *view
 {
     long v = PyLong_AsLong(fd_arg);
     if (v == -1 && PyErr_Occurred()) return -1;
-    if (v < -1 || v > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s: fd is a file descriptor, not %ld", name, v);
+    if (v < -2 || v > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: fd is a file descriptor, -1 or -2, not %ld", name,
+                     v);
         return -1;
     }
     *fd = (int)v;
-    if (PyObject_GetBuffer(words, view, PyBUF_C_CONTIGUOUS | (*fd >= 0 ? PyBUF_WRITABLE : 0)) < 0) {
+    if (PyObject_GetBuffer(words, view, PyBUF_C_CONTIGUOUS | (*fd != -1 ? PyBUF_WRITABLE : 0))
+        < 0) {
         return -1;
     }
     if (view->len < HEADER_WORDS * 8 || view->len % 64 || ((uintptr_t)view->buf & 7) != 0) {
@@ -416,18 +465,131 @@ locked_args(const char *name, PyObject *words, PyObject *fd_arg, Py_buffer *view
     return 0;
 }
 
-/* With the lock: 1 when the header lets the one-item add run here (then marked dirty). */
-static int
-locked_begin(volatile uint64_t *w, uint64_t nlayers)
+/* A locked section starts: W_SEQ odd (a value no earlier section had), then a full fence
+   (the section's reads come after it in every process's view). */
+static void
+seq_enter(uint64_t *w)
 {
-    if (w[W_DIRTY] != 0 || w[W_RETIRED] != 0 || (nlayers && w[W_NLAYERS] != nlayers)) return 0;
-    __atomic_store_n(&w[W_DIRTY], 1, __ATOMIC_SEQ_CST);
+    uint64_t s = __atomic_load_n(&w[W_SEQ], SEQ);
+    __atomic_store_n(&w[W_SEQ], (s + 2) | 1, SEQ);
+    __atomic_thread_fence(SEQ);
+}
+
+/* A locked section ends: W_SEQ even (its writes before it). */
+static void
+seq_leave(uint64_t *w)
+{
+    uint64_t s = __atomic_load_n(&w[W_SEQ], SEQ);
+    __atomic_store_n(&w[W_SEQ], s + (s & 1), SEQ);
+}
+
+/* With the lock: 1 when the header lets the one-item add run here (then marked dirty and
+   in a section). */
+static int
+locked_begin(uint64_t *w, uint64_t nlayers)
+{
+    if (__atomic_load_n(&w[W_DIRTY], SEQ) != 0 || __atomic_load_n(&w[W_RETIRED], SEQ) != 0
+        || (nlayers && __atomic_load_n(&w[W_NLAYERS], SEQ) != nlayers)
+        || (__atomic_load_n(&w[W_ADDING], SEQ) & ADDING_IN_FLIGHT) != 0) {
+        return 0;
+    }
+    __atomic_store_n(&w[W_DIRTY], 1, SEQ);
+    seq_enter(w);
     return 1;
 }
 
+static void
+locked_end(uint64_t *w)
+{
+    seq_leave(w);
+    __atomic_store_n(&w[W_DIRTY], 0, SEQ);
+}
+
+/* A lock-free add registers: its epoch. */
+static inline uint64_t
+adding_enter(uint64_t *w)
+{
+    return __atomic_fetch_add(&w[W_ADDING], 1, SEQ) >> 32;
+}
+
+/* ... and leaves, in its epoch only (a new epoch has forgotten it). */
+static inline void
+adding_leave(uint64_t *w, uint64_t epoch)
+{
+    uint64_t cur = __atomic_load_n(&w[W_ADDING], SEQ);
+    while ((cur >> 32) == epoch && (cur & ADDING_IN_FLIGHT) != 0) {
+        if (__atomic_compare_exchange_n(&w[W_ADDING], &cur, cur - 1, 0, SEQ, SEQ)) break;
+    }
+}
+
+/* May a lock-free add run (s0 even, the file clean and current)? */
+static inline int
+adding_open(uint64_t *w, uint64_t s0, uint64_t nlayers)
+{
+    return !(s0 & 1) && __atomic_load_n(&w[W_DIRTY], SEQ) == 0
+           && __atomic_load_n(&w[W_RETIRED], SEQ) == 0
+           && (!nlayers || __atomic_load_n(&w[W_NLAYERS], SEQ) == nlayers);
+}
+
+/* 0 (added, no section overlapped), or 2 (added, redo it locked): see above. */
+static inline long
+adding_done(uint64_t *w, uint64_t s0)
+{
+    __atomic_thread_fence(SEQ);
+    return __atomic_load_n(&w[W_SEQ], SEQ) == s0 ? 0 : 2;
+}
+
+/* exact_find with atomic loads (other processes CAS slots meanwhile). */
+static int
+exact_find_shared(uint64_t *table, uint64_t buckets, uint64_t key, Py_ssize_t *slot)
+{
+    uint64_t bucket = exact_home(key, buckets);
+    for (uint64_t step = 0; step < buckets; step++) {
+        uint64_t *row = table + 8 * bucket;
+        for (int s = 0; s < 8; s++) {
+            uint64_t v = __atomic_load_n(&row[s], RELAXED);
+            if (v == key || v == 0) {
+                *slot = (Py_ssize_t)(8 * bucket + s);
+                return v == key;
+            }
+        }
+        if (++bucket == buckets) bucket = 0;
+    }
+    *slot = -1;
+    return 0;
+}
+
+/* The lock-free exact add: 1 held, 0 added, 2 added (redo locked), -2 nothing done. */
+static long
+exact_add_shared(uint64_t *w, uint64_t key, uint64_t buckets, uint64_t limit)
+{
+    uint64_t *table = w + HEADER_WORDS;
+    uint64_t epoch = adding_enter(w), s0 = __atomic_load_n(&w[W_SEQ], SEQ);
+    long r = -2;
+    if (adding_open(w, s0, 0)) {
+        for (;;) {
+            Py_ssize_t slot;
+            if (exact_find_shared(table, buckets, key, &slot)) {
+                r = 1;
+                break;
+            }
+            if (slot < 0 || __atomic_load_n(&w[W_COUNT], SEQ) >= limit) break;
+            uint64_t expected = 0;
+            if (__atomic_compare_exchange_n(&table[slot], &expected, key, 0, SEQ, SEQ)) {
+                __atomic_fetch_add(&w[W_COUNT], 1, SEQ);
+                r = adding_done(w, s0);
+                break;
+            }
+            /* another key took the slot (or this one did): probe again */
+        }
+    }
+    adding_leave(w, epoch);
+    return r;
+}
+
 /* exact_add_locked(words, fd, key, buckets, limit) -> int: 1 the table held key, 0 it was
-   added (slot, then count), -2 the Python session decides (nothing changed). fd -1: a
-   lookup without the lock (1 held, 0 not, -2 the file was retired). */
+   added (slot, then count), 2 it was added without the lock while a locked section ran
+   (redo it locked), -2 the Python session decides (nothing changed). fd: see above. */
 static PyObject *
 exact_add_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -457,20 +619,23 @@ exact_add_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     long r = -2;
     uint64_t *w = view.buf, *table = w + HEADER_WORDS;
-    if (fd < 0) { /* a lookup: no lock, nothing written */
-        Py_ssize_t slot;
-        if (w[W_RETIRED] == 0) r = exact_find(table, buckets, key, &slot);
+    Py_ssize_t slot;
+    if (fd == -1) { /* a lookup: no lock, nothing written */
+        if (__atomic_load_n(&w[W_RETIRED], SEQ) == 0) {
+            r = exact_find_shared(table, buckets, key, &slot);
+        }
+    } else if (fd == -2) {
+        r = exact_add_shared(w, key, buckets, limit);
     } else if (locked_flock(fd, LOCK_EX) == 0) {
         if (locked_begin(w, 0)) {
-            Py_ssize_t slot;
-            if (exact_find(table, buckets, key, &slot)) {
+            if (exact_find_shared(table, buckets, key, &slot)) {
                 r = 1;
             } else if (slot >= 0 && w[W_COUNT] < limit) {
-                __atomic_store_n(&table[slot], key, __ATOMIC_SEQ_CST);
-                __atomic_store_n(&w[W_COUNT], w[W_COUNT] + 1, __ATOMIC_SEQ_CST);
+                __atomic_store_n(&table[slot], key, SEQ);
+                __atomic_fetch_add(&w[W_COUNT], 1, SEQ);
                 r = 0;
             }
-            __atomic_store_n(&w[W_DIRTY], 0, __ATOMIC_SEQ_CST);
+            locked_end(w);
         }
         locked_flock(fd, LOCK_UN);
     }
@@ -478,11 +643,46 @@ exact_add_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(r);
 }
 
+/* The Bloom add into the last layer (its row `last`), the layers tested by the caller:
+   the count + 1 first, then the bits (atomic ORs); 0 added, -2 the layer is full. */
+static long
+bloom_add_shared(uint64_t *w, const int64_t *last, uint64_t h1, uint64_t h2)
+{
+    uint64_t *count = &w[last[4]];
+    if (__atomic_fetch_add(count, 1, SEQ) >= (uint64_t)last[3]) { /* full: a new layer */
+        __atomic_fetch_sub(count, 1, SEQ);
+        return -2;
+    }
+    uint64_t m[8], *block = w + last[0] + 8 * bloom_block(h1, (uint64_t)last[1]);
+    bloom_masks(h1, h2, (int)last[2], m);
+    for (int k = 0; k < 8; k++) {
+        if ((__atomic_load_n(&block[k], RELAXED) & m[k]) != m[k]) {
+            __atomic_fetch_or(&block[k], m[k], RELAXED);
+        }
+    }
+    return 0; /* the caller checks the sequence */
+}
+
+/* Does any layer hold (h1, h2)? (Atomic loads: other processes OR bits meanwhile.) */
+static int
+bloom_held(uint64_t *w, const int64_t *L, Py_ssize_t nl, uint64_t h1, uint64_t h2)
+{
+    for (Py_ssize_t i = 0; i < nl; i++) {
+        const int64_t *row = L + 5 * i;
+        uint64_t m[8], missing = 0;
+        bloom_masks(h1, h2, (int)row[2], m);
+        uint64_t *block = w + row[0] + 8 * bloom_block(h1, (uint64_t)row[1]);
+        for (int k = 0; k < 8; k++) missing |= m[k] & ~__atomic_load_n(&block[k], RELAXED);
+        if (!missing) return 1;
+    }
+    return 0;
+}
+
 /* bloom_add_locked(words, fd, layers, h1, h2) -> int: layers is an int64 array of one row
    (offset in words, blocks, t, capacity, count word) a layer of the store; 1 a layer held
-   (h1, h2), 0 it was added to the last one (count, then bits), -2 the Python session
-   decides (the last layer is full, or see above; nothing changed). fd -1: a lookup
-   without the lock (1 held, 0 not, -2 the layers changed). */
+   (h1, h2), 0 it was added to the last one (count, then bits), 2 it was added without the
+   lock while a locked section ran (redo it locked), -2 the Python session decides (the
+   last layer is full, or see above; nothing changed). fd: see above. */
 static PyObject *
 bloom_add_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -517,29 +717,27 @@ bloom_add_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     long r = -2;
     uint64_t *w = view.buf;
-    if (fd < 0) { /* a lookup: no lock, nothing written */
-        if (w[W_NLAYERS] == (uint64_t)nl) {
-            r = 0;
-            for (Py_ssize_t i = 0; i < nl && !r; i++) {
-                const int64_t *row = L + 5 * i;
-                r = bloom_covers(w + row[0], (uint64_t)row[1], (int)row[2], h1, h2);
+    const int64_t *last = L + 5 * (nl - 1);
+    if (fd == -1) { /* a lookup: no lock, nothing written */
+        if (__atomic_load_n(&w[W_NLAYERS], SEQ) == (uint64_t)nl) r = bloom_held(w, L, nl, h1, h2);
+    } else if (fd == -2) {
+        uint64_t epoch = adding_enter(w), s0 = __atomic_load_n(&w[W_SEQ], SEQ);
+        if (adding_open(w, s0, (uint64_t)nl)) {
+            if (bloom_held(w, L, nl, h1, h2)) {
+                r = 1;
+            } else if (bloom_add_shared(w, last, h1, h2) == 0) {
+                r = adding_done(w, s0);
             }
         }
+        adding_leave(w, epoch);
     } else if (locked_flock(fd, LOCK_EX) == 0) {
         if (locked_begin(w, (uint64_t)nl)) {
-            for (Py_ssize_t i = 0; i < nl && r == -2; i++) {
-                const int64_t *row = L + 5 * i;
-                if (bloom_covers(w + row[0], (uint64_t)row[1], (int)row[2], h1, h2)) r = 1;
+            if (bloom_held(w, L, nl, h1, h2)) {
+                r = 1;
+            } else {
+                r = bloom_add_shared(w, last, h1, h2);
             }
-            const int64_t *last = L + 5 * (nl - 1);
-            if (r == -2 && w[last[4]] < (uint64_t)last[3]) {
-                uint64_t m[8], *block = w + last[0] + 8 * bloom_block(h1, (uint64_t)last[1]);
-                __atomic_store_n(&w[last[4]], w[last[4]] + 1, __ATOMIC_SEQ_CST);
-                bloom_masks(h1, h2, (int)last[2], m);
-                for (int k = 0; k < 8; k++) block[k] |= m[k];
-                r = 0;
-            }
-            __atomic_store_n(&w[W_DIRTY], 0, __ATOMIC_SEQ_CST);
+            locked_end(w);
         }
         locked_flock(fd, LOCK_UN);
     }
@@ -553,6 +751,64 @@ done:
     PyBuffer_Release(&lay);
     PyBuffer_Release(&view);
     return out;
+}
+
+/* store_session(words, op) -> int: a locked section of seen/_mapped.py's sessions (the
+   caller holds the flock). op 0: enter (W_SEQ odd and a fence, then wait up to 2 ms,
+   without the GIL, for the in-flight lock-free adds to leave): 1 when some are still
+   there (taken for dead: the caller repairs, then op 2). op 1: leave (W_SEQ even). op 2:
+   a new epoch of W_ADDING with none in flight. op 3: header word `word` + 1, atomically
+   (a count lock-free adds raise too). */
+static PyObject *
+store_session(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 && nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "store_session(words, op, word=0) takes 2 or 3 arguments");
+        return NULL;
+    }
+    long op = PyLong_AsLong(args[1]), word = nargs == 3 ? PyLong_AsLong(args[2]) : W_DIRTY;
+    if ((op == -1 || word == -1) && PyErr_Occurred()) return NULL;
+    if (op < 0 || op > 3 || word < W_DIRTY || word >= HEADER_WORDS) {
+        PyErr_Format(PyExc_ValueError,
+                     "store_session: op is 0, 1, 2 or 3 (not %ld), word a header word (not %ld)",
+                     op, word);
+        return NULL;
+    }
+    Py_buffer view;
+    int fd;
+    PyObject *minus2 = PyLong_FromLong(-2);
+    if (minus2 == NULL) return NULL;
+    int bad = locked_args("store_session", args[0], minus2, &view, &fd);
+    Py_DECREF(minus2);
+    if (bad < 0) return NULL;
+    uint64_t *w = view.buf;
+    long r = 0;
+    if (op == 0) {
+        seq_enter(w);
+        if (__atomic_load_n(&w[W_ADDING], SEQ) & ADDING_IN_FLIGHT) {
+            Py_BEGIN_ALLOW_THREADS
+            struct timespec t0, t;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            do {
+                sched_yield();
+                clock_gettime(CLOCK_MONOTONIC, &t);
+            } while ((__atomic_load_n(&w[W_ADDING], SEQ) & ADDING_IN_FLIGHT)
+                     && (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec)
+                            < ADDING_WAIT_NS);
+            Py_END_ALLOW_THREADS
+            r = (__atomic_load_n(&w[W_ADDING], SEQ) & ADDING_IN_FLIGHT) != 0;
+        }
+    } else if (op == 1) {
+        seq_leave(w);
+    } else if (op == 3) {
+        __atomic_fetch_add(&w[word], 1, SEQ);
+    } else {
+        uint64_t a = __atomic_load_n(&w[W_ADDING], SEQ);
+        __atomic_store_n(&w[W_ADDING], ((a >> 32) + 1) << 32, SEQ);
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(r);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -656,13 +912,20 @@ const PyMethodDef sp_stores_methods[] = {
     {"exact_add_locked", (PyCFunction)(void (*)(void))exact_add_locked, METH_FASTCALL,
      "exact_add_locked(words, fd, key, buckets, limit) -> int\n\n"
      "One key added to an exact store file under its flock: 1 held, 0 added, -2 left to\n"
-     "the Python session (dirty or retired file, table at its limit). fd -1: a lookup\n"
-     "without the lock."},
+     "the Python session (dirty or retired file, table at its limit), 2 added without the\n"
+     "lock while a locked section ran (redo it locked). fd -1: a lookup without the\n"
+     "lock; -2: the add without the lock."},
     {"bloom_add_locked", (PyCFunction)(void (*)(void))bloom_add_locked, METH_FASTCALL,
      "bloom_add_locked(words, fd, layers, h1, h2) -> int\n\n"
      "One fingerprint added to a Bloom store file under its flock: 1 held, 0 added, -2\n"
-     "left to the Python session (dirty file, layers changed, last layer full). fd -1: a\n"
-     "lookup without the lock."},
+     "left to the Python session (dirty file, layers changed, last layer full), 2 added\n"
+     "without the lock while a locked section ran (redo it locked). fd -1: a lookup\n"
+     "without the lock; -2: the add without the lock."},
+    {"store_session", (PyCFunction)(void (*)(void))store_session, METH_FASTCALL,
+     "store_session(words, op, word=32) -> int\n\n"
+     "A locked section of a store file: op 0 enters (1: lock-free adds still in flight,\n"
+     "taken for dead), 1 leaves, 2 opens a new epoch of the lock-free adds, 3 raises\n"
+     "header word `word` by one atomically."},
     {"bloom_urls", (PyCFunction)(void (*)(void))bloom_urls, METH_FASTCALL,
      "bloom_urls(urls, allow_query, keep_port, bits, t, h, out, count)\n"
      "    -> (list[int], list[bool] | None)\n\n"

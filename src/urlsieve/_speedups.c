@@ -20,8 +20,9 @@
  *                   ref. fingerprint.py and url/profile.py's query steps; the xxhash package
  *                   (XXH3 itself is _xxh3.h, written from the published specification)
  *   _sp_stores.c    the seen stores: bloom_test, bloom_insert, exact_lookup, exact_insert,
- *                   exact_add_locked, bloom_add_locked, bloom_urls
+ *                   exact_add_locked, bloom_add_locked, store_session, bloom_urls
  *                   ref. seen/bloom.py and seen/exact.py (numpy), their Python sessions
+ *                   (seen/_mapped.py session_py for store_session)
  *   _sp_lookup.c    rule lookup in the compiled rule format: snapshot_match
  *                   ref. match/snapshot.py SnapshotMatcher._best
  *   _sp_verdicts.c  objects made from lookups: snapshot_verdicts, policy_decide,

@@ -11,16 +11,19 @@ import numpy as np
 import pytest
 
 from urlsieve.seen import exact
-from urlsieve.seen.exact import GROWTH, ExactStore
+from urlsieve.seen.exact import FAST_GROWTH, GROWTH, ExactStore
 
 
 @pytest.mark.parametrize("in_memory", [True, False], ids=["in-memory", "mapped"])
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+@pytest.mark.parametrize("small", [True, False], ids=["4x-small", "2x"])
 def test_growth_keeps_every_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_memory: bool, compiled: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_memory: bool, compiled: bool, small: bool
 ) -> None:
     if compiled and exact.speedups is None:
         pytest.skip("built without a C compiler")
+    if not small:  # every table grows by 2×
+        monkeypatch.setattr(exact, "FAST_GROWTH_BELOW", 0)
     if not in_memory:
         monkeypatch.setattr(exact, "GROW_IN_MEMORY", 0)
     if not compiled:
@@ -35,8 +38,9 @@ def test_growth_keeps_every_key(
         for key in keys[:50]:  # one at a time, after the growths
             assert not store.add_fingerprint(int(key))
     grown = sorted(set(sizes))
-    assert len(grown) >= 5
-    assert all(b >= a * GROWTH * 0.99 for a, b in itertools.pairwise(grown))
+    assert len(grown) >= (4 if small else 5)
+    factor = FAST_GROWTH if small else GROWTH  # these tables are all under 8 MiB
+    assert all(factor * 1.01 >= b / a >= factor * 0.99 for a, b in itertools.pairwise(grown))
     with ExactStore(path) as again:  # a fresh handle: the header and table as written
         again.verify()
         assert len(again) == len(keys)

@@ -182,11 +182,15 @@ def _urls(rng: np.random.Generator, n: int) -> list[str]:
     return out
 
 
-def _store(kind: str, path: Path, profile: Profile) -> ExactStore | BloomStore | MemoryStore:
-    if kind == "exact":
-        return ExactStore(str(path / "s.exact"), profile=profile, capacity=200)  # grows
+def _store(
+    kind: str, path: Path, profile: Profile, locked: bool = False
+) -> ExactStore | BloomStore | MemoryStore:
+    if kind == "exact":  # grows
+        return ExactStore(str(path / "s.exact"), profile=profile, capacity=200, locked=locked)
     if kind == "bloom":  # grows a layer or two
-        return BloomStore(str(path / "s.bloom"), profile=profile, capacity=300, error=0.0001)
+        return BloomStore(
+            str(path / "s.bloom"), profile=profile, capacity=300, error=0.0001, locked=locked
+        )
     return MemoryStore(profile=profile)
 
 
@@ -224,10 +228,15 @@ def test_single_adds_match_the_reference_and_the_batch(
     (tmp_path / "c").mkdir()
     (tmp_path / "p").mkdir()
     (tmp_path / "b").mkdir()
-    with _store(kind, tmp_path / "c", profile) as store:
+    (tmp_path / "l").mkdir()
+    with _store(kind, tmp_path / "c", profile) as store:  # lock-free adds
         compiled = _one_by_one(store, urls)
         held_c = _held(store, urls)
         count_c = len(store)
+    with _store(kind, tmp_path / "l", profile, locked=True) as store:  # under the file lock
+        assert _one_by_one(store, urls) == compiled
+        assert _held(store, urls) == held_c
+        assert len(store) == count_c
     with monkeypatch.context() as m:  # the Python reference of the single path
         m.setattr(exact, "_exact_add_locked", None)
         m.setattr(bloom, "_bloom_add_locked", None)
@@ -312,11 +321,15 @@ def test_the_locked_calls_on_arbitrary_bytes(data: bytes, key: int) -> None:
     """Whatever the words hold, a lookup reads inside them only (sanitizer run)."""
     size = (len(data) // 64) * 64
     words = np.frombuffer(data[:size], dtype=np.uint64).copy() if size else np.zeros(0, np.uint64)
+    layers = np.array([[512, max(1, size // 64 - 64), 1, 1 << 40, 40]])
     for call in (
         lambda: speedups.exact_add_locked(words, -1, key, max(1, size // 64 - 64), 1),
-        lambda: speedups.bloom_add_locked(
-            words, -1, np.array([[512, max(1, size // 64 - 64), 1, 1, 40]]), key, key
-        ),
+        lambda: speedups.bloom_add_locked(words, -1, layers, key, key),
+        # the lock-free adds write (into this copy) wherever the header lets them
+        lambda: speedups.exact_add_locked(words, -2, key, max(1, size // 64 - 64), 1 << 40),
+        lambda: speedups.bloom_add_locked(words, -2, layers, key, key),
+        lambda: speedups.store_session(words, 1),
+        lambda: speedups.store_session(words, 3, 40),
     ):
         try:
             got = call()

@@ -54,9 +54,10 @@ the rewritten one; blocked ones count as ``urlsieve/blocked/<category>`` and
 
 **Writing.** A request is answered at once (a new URL is remembered in the process at
 once), but new URLs go to a persistent store ``URLSIEVE_BATCH`` at a time, in one
-locked batch write instead of a file lock per request (``memory:`` is written at once).
-Stores that several crawler processes share while they run see each other's URLs a
-batch late: set ``URLSIEVE_BATCH = 1`` for them. The file stores are memory-mapped, so
+batch write (``memory:`` is written at once). Stores that several crawler processes
+share while they run see each other's URLs a batch late: set ``URLSIEVE_BATCH = 1`` for
+them (each new URL one ``add``, which takes no file lock: about as fast, see
+``benchmarks/RESULTS.md``). The file stores are memory-mapped, so
 a crawler that is killed loses none of what was written, only its batch in the making
 (those pages may be fetched again on resume); ``flush()`` (an ``fsync``) guards against
 the machine going down, and runs every ``URLSIEVE_FLUSH_SECONDS`` as a batch is

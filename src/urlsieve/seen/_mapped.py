@@ -17,13 +17,34 @@ on every open. The dynamic words are single aligned 8-byte stores, so a
 process killed between two of them never leaves a torn word behind.
 
 **Concurrency.** Writers take an exclusive ``flock`` on the file for the
-duration of one ``add`` or one batch (fingerprints are computed before, so
-the critical section is only the table update). ``flock`` belongs to the
-open file description, so two store objects in one process exclude each
-other too, and a forked child reopens the file instead of sharing its
+duration of one batch, a growth or a repair (fingerprints are computed
+before, so the critical section is only the table update). ``flock`` belongs
+to the open file description, so two store objects in one process exclude
+each other too, and a forked child reopens the file instead of sharing its
 parent's lock. A writer sets the *dirty* word when it takes the lock and
 clears it when it is done; a writer that finds it set knows the previous
 one died mid-update and repairs what the store needs repaired.
+
+**Lock-free single adds.** One ``add`` (compiled) takes no lock by default: it
+writes with atomics only (exact: a compare-and-swap into an empty slot, then
+the count + 1; Bloom: the count + 1, then an atomic OR per word), between two
+reads of the *sequence* word, which every locked section makes odd (a new
+value, then a full fence) when it starts and even when it ends. An add that
+saw the same even value before and after was complete before any section that
+it did not see started: that section sees it. An add that saw it change is
+redone under the lock (idempotent; exact recounts first, since the section's
+plain count write may have lost its + 1). Lock-free adds register in the
+*adding* word (``epoch << 32 | in flight``); a locked section, its sequence
+odd (new adds give up and take the lock), waits up to 2 ms for the
+registered ones to leave, takes those that stay for dead (killed mid-add),
+repairs what they may have left (the dirty word's repair) and opens a new
+epoch. The whole argument is in ``_speedups.c`` (``store_session``). The
+store option ``locked`` (``?locked=1``) takes the lock for every add instead:
+then, of several processes adding one URL at once, exactly one is told it is
+new (lock-free: exact, the same unless a batch or a growth overlaps the add;
+Bloom, each may be). Every process sharing a file must follow this protocol:
+a urlsieve from before it writes without the sequence. Without the compiled
+extension every add is locked.
 
 **Creation** is atomic: the file is written under a temporary name, with
 its space reserved (``posix_fallocate``, so a full disk is an error at once
@@ -38,6 +59,7 @@ import mmap
 import os
 import struct
 import threading
+import time
 import zlib
 from contextlib import suppress
 from types import TracebackType
@@ -46,6 +68,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from urlsieve._accel import speedups
 from urlsieve._bits import bit_counts, popcount
 from urlsieve.exceptions import (
     StoreClosed,
@@ -60,6 +83,7 @@ from urlsieve.url import FILTER, Profile
 
 __all__ = [
     "HEADER_SIZE",
+    "IN_FLIGHT",
     "VERIFY_ON_OPEN_BYTES",
     "MappedStore",
     "bit_counts",
@@ -81,6 +105,11 @@ W_DIRTY = 32
 W_RETIRED = 33
 W_COUNT = 34
 W_NLAYERS = 35
+W_SEQ = 36  # the locked sections' sequence: odd while one runs
+W_ADDING = 37  # epoch << 32 | lock-free adds in flight
+IN_FLIGHT = 0xFFFFFFFF
+#: How long a locked section waits for the lock-free adds in flight (the compiled wait's).
+ADDING_WAIT = 0.002
 
 U64 = npt.NDArray[np.uint64]
 
@@ -95,6 +124,37 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
+
+
+#: The locked sections' steps on the header words, compiled (atomics and fences; None
+#: without the extension: then :func:`session_py`, and this process adds only locked).
+_store_session = getattr(speedups, "store_session", None)
+
+
+def session_py(mv: memoryview, op: int, word: int = W_DIRTY) -> int:
+    """The reference of ``_speedups.store_session`` (plain stores: no fence)."""
+    if op == 0:
+        mv[W_SEQ] = (mv[W_SEQ] + 2) | 1
+        deadline = time.monotonic() + ADDING_WAIT
+        while mv[W_ADDING] & IN_FLIGHT and time.monotonic() < deadline:
+            os.sched_yield()
+        return int(bool(mv[W_ADDING] & IN_FLIGHT))
+    if op == 1:
+        mv[W_SEQ] += mv[W_SEQ] & 1
+    elif op == 2:
+        mv[W_ADDING] = ((mv[W_ADDING] >> 32) + 1) << 32
+    else:
+        mv[word] += 1
+    return 0
+
+
+def session(mv: memoryview, op: int, word: int = W_DIRTY) -> int:
+    """A locked section's step (see ``_speedups.store_session``): 0 enter, 1 leave, 2 new
+    epoch of the lock-free adds, 3 header word ``word`` + 1 atomically."""
+    if _store_session is None:
+        return session_py(mv, op, word)
+    held: int = _store_session(mv, op, word)
+    return held
 
 
 class _Session:
@@ -209,8 +269,21 @@ class MappedStore(ClosingStore):
         with self._reading:
             fcntl.flock(self._fd, fcntl.LOCK_SH)  # no writer changes it while it is counted
             try:
-                if not self._mv[W_DIRTY]:  # a dead writer's leftovers are repaired on write
-                    self._verify()
+                # Lock-free adds may run meanwhile: a check they overlapped (an add in
+                # flight, or the header words changed) says nothing; try again.
+                for _ in range(20):
+                    if self._mv[W_DIRTY]:  # a dead writer's leftovers are repaired on write
+                        return
+                    mark = bytes(self._mm[256:HEADER_SIZE])  # type: ignore[index]
+                    try:
+                        self._verify()
+                        return
+                    except StoreCorrupt:
+                        if self._mv[W_ADDING] & IN_FLIGHT == 0 and mark == bytes(
+                            self._mm[256:HEADER_SIZE]  # type: ignore[index]
+                        ):
+                            raise
+                    time.sleep(0.001)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
@@ -430,8 +503,11 @@ class MappedStore(ClosingStore):
             self._reattach()
         try:
             self._refresh()
-            if self._mv[W_DIRTY]:
+            dead_adders = session(self._mv, 0)  # the sequence odd, the adds in flight gone
+            if self._mv[W_DIRTY] or dead_adders:
                 self._recover()
+            if dead_adders:
+                session(self._mv, 2)
             self._mv[W_DIRTY] = 1
         except BaseException:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -439,7 +515,8 @@ class MappedStore(ClosingStore):
 
     def _end_write(self, ok: bool) -> None:
         """Release the write lock; the dirty word stays set when the update did not finish."""
-        if ok and self._mm is not None:
+        if ok and self._mm is not None:  # else the next writer repairs (odd sequence: the
+            session(self._mv, 1)  # lock-free adds take the lock until then)
             self._mv[W_DIRTY] = 0
         if self._fd >= 0:
             fcntl.flock(self._fd, fcntl.LOCK_UN)

@@ -133,13 +133,16 @@ BACKENDS: Registry[SeenStore] = Registry(
     "store spec",
     {
         "memory": Backend("urlsieve.seen.memory:MemoryStore", {}),
-        "exact": Backend("urlsieve.seen.exact:ExactStore", {"capacity": int, "readonly": bool}),
+        "exact": Backend(
+            "urlsieve.seen.exact:ExactStore", {"capacity": int, "readonly": bool, "locked": bool}
+        ),
         "partitioned": Backend(
             "urlsieve.seen.partitioned:PartitionedStore",
             {"partitions": int, "capacity": int, "readonly": bool},
         ),
         "bloom": Backend(
-            "urlsieve.seen.bloom:BloomStore", {"capacity": int, "error": float, "readonly": bool}
+            "urlsieve.seen.bloom:BloomStore",
+            {"capacity": int, "error": float, "readonly": bool, "locked": bool},
         ),
         "bitmap": Backend(
             "urlsieve.seen.bitmap:BitmapStore", {"signature": str, "width": int, "readonly": bool}

@@ -74,6 +74,7 @@ from urlsieve.seen._mapped import (
     forks,
     popcount,
     reserve,
+    session,
 )
 from urlsieve.seen.base import StoreStats
 from urlsieve.url import FILTER, Profile, canonicalize
@@ -261,11 +262,14 @@ class BloomStore(MappedStore):
         capacity: int | None = None,
         error: float | None = None,
         readonly: bool = False,
+        locked: bool = False,
     ) -> None:
         if capacity is not None and capacity < 1:
             raise ConfigError(f"bloom:{location}: capacity must be at least 1, not {capacity}")
         if error is not None and not 1e-9 <= error < 0.5:
             raise ConfigError(f"bloom:{location}: error must be in [1e-9, 0.5), not {error}")
+        self._locked = locked  # every add under the file lock (see seen._mapped)
+        self._lockfree = not locked and not readonly  # single adds without the lock
         self._asked = (capacity, error)
         self._capacity = capacity or DEFAULT_CAPACITY
         self._error = error or DEFAULT_ERROR
@@ -409,14 +413,38 @@ class BloomStore(MappedStore):
         return self._fp(url) if h is None else h
 
     def add(self, url: str) -> bool:
-        h1, h2 = self._one(url)
+        key = self._key  # (inline: a frame is a fifth of this call)
+        h = key(url) if key is not None and type(url) is str else None
+        h1, h2 = self._fp(url) if h is None else h
+        probe = self._probe
+        if probe is not None and self._lockfree and self._generation == forks[0]:
+            held = _bloom_add_locked(probe[0], -2, probe[1], h1, h2)  # type: ignore[misc]
+            if held >= 0:
+                if held == 2:  # added while a locked section ran: its bits again, locked
+                    self._redo(probe[1].nbytes // 40 - 1, h1, h2)
+                return bool(held != 1)
+        return self.add_fingerprint((h1, h2))
+
+    def add_fingerprint(self, fp: tuple[int, int]) -> bool:
+        """Add one 128-bit fingerprint ``(h1, h2)``; True when no layer held it."""
+        h1, h2 = fp
         if _bloom_add_locked is not None and not self._readonly:
-            with self._lock:  # the lock, the header checks and the add in one call
+            if self._locked:
+                with self._lock:  # the lock, the header checks and the add in one call
+                    probe = self._probe
+                    held = -2
+                    if probe is not None and self._generation == forks[0]:
+                        held = _bloom_add_locked(probe[0], self._fd, probe[1], h1, h2)
+            else:  # lock-free (the GIL is held through the call: no thread remaps meanwhile)
                 probe = self._probe
+                held = -2
                 if probe is not None and self._generation == forks[0]:
-                    held = _bloom_add_locked(probe[0], self._fd, probe[1], h1, h2)
-                    if held >= 0:
-                        return bool(held == 0)
+                    held = _bloom_add_locked(probe[0], -2, probe[1], h1, h2)
+            if held >= 0:
+                if held == 2:  # added while a locked section ran: its bits again, locked
+                    assert probe is not None
+                    self._redo(probe[1].nbytes // 40 - 1, h1, h2)
+                return held != 1
         # the reference, and what the compiled call leaves (a new layer, a repair)
         masks = {1: _block_mask(h1, h2, 1)}
         with self._writing:
@@ -429,9 +457,18 @@ class BloomStore(MappedStore):
                 layer = self._add_layer()
                 mask = masks.get(layer.t) or _block_mask(h1, h2, layer.t)
                 _, offset, block = self._has_one(layer, h1, mask)
-            self._mv[layer.count_word] += 1
+            session(self._mv, 3, layer.count_word)  # + 1 (lock-free adds raise it too)
             self._mm[offset : offset + 64] = (block | mask).to_bytes(64, "little")  # type: ignore[index]
             return True
+
+    def _redo(self, index: int, h1: int, h2: int) -> None:
+        """Set the bits of ``(h1, h2)`` in layer ``index`` again, under the lock (a lock-free
+        add overlapped a locked section, whose plain writes may have lost its bits)."""
+        with self._writing:
+            layer = self._layers[index]
+            mask = _block_mask(h1, h2, layer.t)
+            _, offset, block = self._has_one(layer, h1, mask)
+            self._mm[offset : offset + 64] = (block | mask).to_bytes(64, "little")  # type: ignore[index]
 
     def __contains__(self, url: object) -> bool:
         if not isinstance(url, str):

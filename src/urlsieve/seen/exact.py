@@ -8,14 +8,17 @@ bucket comes from the top 32 bits of its fingerprint (``(fp >> 32) * buckets
 one (linear probing by buckets). Nothing is ever deleted, so a lookup stops at
 the first bucket with an empty slot.
 
-At 85 % load the table grows by 2×: the writer holding the lock rehashes into
-a new file (space reserved first, so a full disk fails before anything
-changes), syncs it, renames it over the store and marks the old file
-*retired*; every other process notices (the retired word, or a link count of
-0 under the lock) and reopens. Between growths the load is 42–85 %, so the
-store costs 9.4–19 bytes per URL; growing from the default size to a million
-URLs rewrites the table four times (1.5× growth did it seven times, and cost
-4× a presized store's adds). The new table is built in memory and written with
+At 85 % load the table grows by 2× (4× while it is under 8 MiB, about 840,000
+URLs): the writer holding the lock rehashes into a new file (space reserved
+first, so a full disk fails before anything changes), syncs it, renames it over
+the store and marks the old file *retired*; every other process notices (the
+retired word, or a link count of 0 under the lock) and reopens; a lock-free add
+that overlapped the growth is redone in the new file (see
+:mod:`urlsieve.seen._mapped`). Between growths the load is 42–85 %, so the
+store costs 9.4–19 bytes per URL (21–85 % and up to 38 bytes while under
+8 MiB); growing from the default size to a million URLs rewrites the table
+twice (1.5× growth did it seven times, and cost 4× a presized store's adds;
+2× four times). The new table is built in memory and written with
 one ``pwrite`` and one ``fsync`` (up to :data:`GROW_IN_MEMORY`; a bigger one
 in the new file's mapping): the old table's keys are inserted in slot order,
 which is nearly sorted by home bucket, by the compiled insert (numpy reference:
@@ -70,6 +73,10 @@ __all__ = ["ExactStore"]
 SLOTS = 8  # per bucket: one cache line
 MAX_LOAD = 0.85
 GROWTH = 2.0
+#: A table smaller than this grows by :data:`FAST_GROWTH` instead (fewer rewrites and
+#: fsyncs while the store is small: from the default size to a million URLs, two).
+FAST_GROWTH_BELOW = 8 << 20
+FAST_GROWTH = 4.0
 #: A grown table up to this size is built in memory and written once; a bigger one in
 #: the new file's mapping (so that a huge store never needs its table twice in memory).
 GROW_IN_MEMORY = 256 << 20
@@ -202,9 +209,12 @@ class ExactStore(MappedStore):
         profile: Profile = FILTER,
         capacity: int | None = None,
         readonly: bool = False,
+        locked: bool = False,
     ) -> None:
         if capacity is not None and capacity < 1:
             raise ConfigError(f"exact:{location}: capacity must be at least 1, not {capacity}")
+        self._locked = locked  # every add under the file lock (see seen._mapped)
+        self._lockfree = not locked and not readonly  # single adds without the lock
         self._hint = capacity or DEFAULT_CAPACITY
         self._fp = fingerprint_one64(profile)
         self._key = key_function(profile, 64)  # the compiled key of a str, no Python frame
@@ -260,9 +270,14 @@ class ExactStore(MappedStore):
 
     def _grow(self, extra: int) -> None:
         """Rehash into a bigger file that holds ``extra`` more URLs; then :class:`_Regrown`."""
-        count = int(self._mv[W_COUNT])
+        flat = self._table.reshape(-1)
+        keys = flat[flat != 0]
+        # What the copy holds (a lock-free add that overlapped this section counted itself
+        # in this file, or not yet: it redoes its add in the grown one).
+        count = len(keys)
+        growth = FAST_GROWTH if self._buckets * SLOTS * 8 < FAST_GROWTH_BELOW else GROWTH
         buckets = max(
-            math.ceil(self._buckets * GROWTH), _buckets_for((count + extra) * MAX_LOAD / 0.6)
+            math.ceil(self._buckets * growth), _buckets_for((count + extra) * MAX_LOAD / 0.6)
         )
         for stale in glob.glob(glob.escape(self._path) + ".grow-*.tmp"):
             os.unlink(stale)  # left by a writer killed while growing (we hold the lock)
@@ -271,7 +286,6 @@ class ExactStore(MappedStore):
         fd = new_file(tmp, size, self._path, f"growing the table to {size:,} bytes")
         try:
             static = pack_static(self.KIND, self.VERSION, self._profile, _PARAMS.pack(buckets))
-            flat = self._table.reshape(-1)
             if size <= GROW_IN_MEMORY:
                 # Built in memory and written once (a new file's mapping faults each page
                 # in, and msync walks it): the header, then the table.
@@ -279,7 +293,7 @@ class ExactStore(MappedStore):
                 head.view(np.uint8)[: len(static)] = np.frombuffer(static, dtype=np.uint8)
                 head[W_COUNT] = count
                 table = np.zeros((buckets, SLOTS), dtype=np.uint64)
-                place(table, flat[flat != 0])
+                place(table, keys)
                 _write_all(fd, head, 0)
                 _write_all(fd, table, HEADER_SIZE)
                 del table
@@ -287,7 +301,7 @@ class ExactStore(MappedStore):
                 with mmap.mmap(fd, size, access=mmap.ACCESS_WRITE) as mm:
                     mm[: len(static)] = static
                     words = np.frombuffer(mm, dtype=np.uint64)
-                    place(words[_HW:].reshape(buckets, SLOTS), flat[flat != 0])
+                    place(words[_HW:].reshape(buckets, SLOTS), keys)
                     words[W_COUNT] = count
                     del words
                     mm.flush()
@@ -330,21 +344,46 @@ class ExactStore(MappedStore):
     def add(self, url: str) -> bool:
         key = self._key
         fp = key(url) if key is not None and type(url) is str else None
-        return self.add_fingerprint(self._fp(url) if fp is None else fp)
+        if fp is None:
+            fp = self._fp(url)
+        probe = self._probe  # inline, lock-free (a frame is a fifth of this call)
+        if fp and probe is not None and self._lockfree and self._generation == forks[0]:
+            held = _exact_add_locked(probe[0], -2, fp, probe[1], probe[2])  # type: ignore[misc]
+            if held >= 0:
+                if held == 2:  # added while a locked section ran: redone under the lock
+                    self._add_locked(fp, recount=True)
+                return bool(held != 1)
+        return self.add_fingerprint(fp)
 
     def add_fingerprint(self, fp: int) -> bool:
         """Add one 64-bit fingerprint (0 counts as 1); True when it was new."""
         fp = fp or 1
         if _exact_add_locked is not None and not self._readonly:
-            with self._lock:  # the lock, the header checks and the add in one call
+            if self._locked:
+                with self._lock:  # the lock, the header checks and the add in one call
+                    probe = self._probe
+                    held = -2
+                    if probe is not None and self._generation == forks[0]:
+                        held = _exact_add_locked(probe[0], self._fd, fp, probe[1], probe[2])
+            else:  # lock-free (the GIL is held through the call: no thread remaps meanwhile)
                 probe = self._probe
+                held = -2
                 if probe is not None and self._generation == forks[0]:
-                    held = _exact_add_locked(probe[0], self._fd, fp, probe[1], probe[2])
-                    if held >= 0:
-                        return bool(held == 0)
+                    held = _exact_add_locked(probe[0], -2, fp, probe[1], probe[2])
+            if held >= 0:
+                if held == 2:  # added while a locked section ran: redone under the lock
+                    self._add_locked(fp, recount=True)
+                return held != 1
+        return self._add_locked(fp)
+
+    def _add_locked(self, fp: int, recount: bool = False) -> bool:
+        """The add under the lock (the reference); ``recount``: first count the table again
+        (a lock-free add overlapped a locked section, whose count write may have lost it)."""
         while True:
             try:
                 with self._writing:
+                    if recount:
+                        self._recover()
                     found, slot = self._find(fp)
                     if found:
                         return False
