@@ -16,13 +16,16 @@ import multiprocessing
 import os
 import random
 import signal
+import struct
 import time
+import zlib
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from urlsieve import StoreCorrupt
 from urlsieve.seen import open_seen
 from urlsieve.seen._mapped import IN_FLIGHT, W_ADDING, W_COUNT, W_DIRTY, W_SEQ, session_py
 from urlsieve.seen.bloom import BloomStore
@@ -324,3 +327,39 @@ def test_locked_mode_takes_the_lock(tmp_path: Path, kind: str) -> None:
         seq = int(store._mv[W_SEQ])  # type: ignore[attr-defined]
         assert store.add("http://l.example/2")
         assert int(store._mv[W_SEQ]) == seq  # type: ignore[attr-defined]
+
+
+def _set_version(path: Path, version: int) -> None:
+    """Rewrite a mapped store's format version (and its header checksum) in place."""
+    with path.open("r+b") as fh:
+        head = bytearray(fh.read(252))
+        struct.pack_into("<I", head, 16, version)
+        fh.seek(0)
+        fh.write(bytes(head) + struct.pack("<I", zlib.crc32(head)))
+
+
+def _version(path: Path) -> int:
+    return int(struct.unpack_from("<I", path.read_bytes(), 16)[0])
+
+
+@pytest.mark.parametrize("kind", ["exact", "bloom"])
+def test_a_file_from_before_lock_free_adds_is_read_and_upgraded(kind: str, tmp_path: Path) -> None:
+    """Version 1 (every add locked) has the same layout: it opens read-only as it is, and
+    the first read-write open writes version 2, which a urlsieve of version 1 refuses
+    (it would add beside lock-free adders without the sequence word)."""
+    path = tmp_path / f"s.{kind}"
+    with open_seen(f"{kind}:{path}") as store:
+        store.add_many(["http://a.test/1", "http://a.test/2"])
+    assert _version(path) == 2  # new files are version 2
+    _set_version(path, 1)
+    with open_seen(f"{kind}:{path}?readonly=1") as old:
+        assert "http://a.test/1" in old and "http://a.test/3" not in old
+    assert _version(path) == 1  # a reader leaves the file as it is
+    with open_seen(f"{kind}:{path}") as store:
+        assert _version(path) == 2
+        assert store.add("http://a.test/3") and not store.add("http://a.test/1")
+    with open_seen(f"{kind}:{path}") as again:
+        assert all(f"http://a.test/{i}" in again for i in (1, 2, 3))
+    _set_version(path, 3)
+    with pytest.raises(StoreCorrupt, match=r"format version 3 \(this urlsieve reads 1, 2\)"):
+        open_seen(f"{kind}:{path}")

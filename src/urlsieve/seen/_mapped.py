@@ -96,6 +96,7 @@ HEADER_SIZE = 4096
 VERIFY_ON_OPEN_BYTES = 256 << 20
 MAGIC = b"URLSIEVE"
 PARAMS_OFFSET = 88
+VERSION_OFFSET = 16
 PARAMS_SIZE = 160
 CRC_OFFSET = 252
 _STATIC = struct.Struct("<8s8sII64s")
@@ -229,8 +230,14 @@ class MappedStore(ClosingStore):
 
     KIND: ClassVar[bytes]
     NAME: ClassVar[str]
-    VERSION: ClassVar[int] = 1
+    #: 2: single adds are lock-free (the sequence and adding words, see the module). A
+    #: version-1 file (written before) is read, and upgraded to 2 by the first read-write
+    #: open, so that a urlsieve from before, which adds under the lock alone, refuses it
+    #: from then on instead of writing beside lock-free adders.
+    VERSION: ClassVar[int] = 2
+    READS: ClassVar[tuple[int, ...]] = (1, 2)
 
+    _file_version: int  # the format version the file's header holds
     _words: U64  # the whole file as u64 words (header included)
     _mv: memoryview  # the same as a memoryview of 'Q', for fast scalar access
 
@@ -250,6 +257,8 @@ class MappedStore(ClosingStore):
         self._reading = _Session(self, write=False)
         self._writing = _Session(self, write=True)
         self._attach()
+        if not readonly and self._file_version != self.VERSION:
+            self._upgrade()
         if os.fstat(self._fd).st_size - HEADER_SIZE <= VERIFY_ON_OPEN_BYTES:
             self.verify()
         elif not readonly:
@@ -374,12 +383,26 @@ class MappedStore(ClosingStore):
                 f"{path}: header checksum mismatch (the file is damaged); restore it from a "
                 "backup or delete it to start afresh"
             )
-        if version != self.VERSION or header_size != HEADER_SIZE:
+        if version not in self.READS or header_size != HEADER_SIZE:
+            reads = ", ".join(map(str, self.READS))
             raise StoreCorrupt(
-                f"{path}: {name} format version {version} (this urlsieve reads {self.VERSION}); "
+                f"{path}: {name} format version {version} (this urlsieve reads {reads}); "
                 "open it with the urlsieve that wrote it"
             )
+        self._file_version = version
         check_profile(ident.rstrip(b"\0").decode("utf-8", "replace"), self._profile, path)
+
+    def _upgrade(self) -> None:
+        """Write this version into an older file's header, under the lock (its layout is
+        the same: only the protocol of single adds is new)."""
+        with self._writing:
+            mm = self._mm
+            assert mm is not None
+            head = bytearray(mm[:CRC_OFFSET])
+            if _STATIC.unpack_from(head)[2] != self.VERSION:  # (or another process did)
+                struct.pack_into("<I", head, VERSION_OFFSET, self.VERSION)
+                mm[: CRC_OFFSET + 4] = bytes(head) + struct.pack("<I", zlib.crc32(head))
+            self._file_version = self.VERSION
 
     def _create(self) -> None:
         """Create the store file atomically (another process may be creating it too)."""
