@@ -9,8 +9,8 @@ import pytest
 
 from tests.gateway import rulegen
 from urlsieve import Filter, InvalidURL, parse_url
-from urlsieve.match import snapshot
 from urlsieve.match.snapshot import SnapshotMatcher
+from urlsieve.match.snapshot import matcher as snapshot
 from urlsieve.rules.model import ALLOW, BLOCK, Rule, RuleSyntaxError, parse_rule
 
 CATEGORIES = ["c0", "c1", "c2"]

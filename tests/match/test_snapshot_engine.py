@@ -19,7 +19,8 @@ from tests.needs import missing
 from urlsieve import Filter, InvalidURL, parse_url
 from urlsieve._accel import speedups
 from urlsieve.match import HashMatcher, Verdict
-from urlsieve.match.snapshot import _ONE_RULE, SnapshotBuilder, SnapshotMatcher
+from urlsieve.match.snapshot import SnapshotBuilder, SnapshotMatcher
+from urlsieve.match.snapshot.format import _ONE_RULE
 from urlsieve.rules.model import ALLOW, BLOCK, Rule, RuleSyntaxError, parse_rule
 
 
@@ -430,7 +431,7 @@ def test_mask_rows_are_checked_by_the_compiled_entry_point() -> None:
 def _python_check_many(
     monkeypatch: pytest.MonkeyPatch, matcher: SnapshotMatcher, urls: list[Any]
 ) -> list[Verdict] | InvalidURL:
-    import urlsieve.match.snapshot as snapshot_module
+    import urlsieve.match.snapshot.matcher as snapshot_module
 
     with monkeypatch.context() as patched:
         patched.setattr(snapshot_module, "_verdicts", None)
