@@ -49,6 +49,7 @@ def test_one_url_is_the_batch_and_the_reference(
     if not compiled:
         monkeypatch.setattr(snapshot, "_verdicts", None)
         monkeypatch.setattr(snapshot, "_match", None)
+        monkeypatch.setattr(snapshot, "_checker", None)
     flt = Filter(SnapshotMatcher.from_rules(rules))
     single = [_verdict(lambda u: flt.check(u, chosen), url) for url in urls]  # cache cold
     valid = [u for u, v in zip(urls, single, strict=True) if not isinstance(v, _Invalid)]

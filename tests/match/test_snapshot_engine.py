@@ -282,8 +282,8 @@ def test_fragments_and_backslashes_take_the_compiled_path() -> None:
 
 @pytest.mark.usefixtures("compiled")
 def test_one_url_is_checked_on_the_compiled_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """check() of a str is the batch call with one URL (the service and Scrapy check one at
-    a time); a URL object, and what the batch leaves, take the Python probes."""
+    """check() of a str is one compiled call (the checker: the service and Scrapy check one
+    at a time); a URL object, and what that call leaves, take the Python probes."""
     matcher = SnapshotMatcher.from_rules(rules_from(["evil.com/a", "good.org", "bücher.de"], 1))
     urls = ["http://evil.com/a/b", "HTTP://EVIL.com/a/./b#x", "good.org", "http://none.test/"]
     want = [matcher.check(parse_url(url)) for url in urls]

@@ -30,6 +30,7 @@ and matched by :meth:`SnapshotMatcher._best`, the reference.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import threading
@@ -77,6 +78,9 @@ _match = getattr(speedups, "snapshot_match", None)
 # Python body). (snapshot_check, verdicts with the rules of the RuleCache, is no longer
 # called by check_many.)
 _verdicts = getattr(speedups, "snapshot_verdicts", None)
+# One URL's verdict in one call, its categories fixed (SnapshotMatcher.checker; reference:
+# SnapshotMatcher._verdict_py).
+_checker = getattr(speedups, "snapshot_checker", None)
 # Rule objects read from the image (reference: SnapshotMatcher.rule's Python body).
 _rules = getattr(speedups, "snapshot_rules", None)
 #: Rules kept built per process (a hit builds its rule once; the cache is emptied when full).
@@ -253,6 +257,7 @@ class SnapshotMatcher:
         self._aliases = checked.aliases
         self._masks: dict[frozenset[str], bytes] = {}
         self._rule_cache = RuleCache()
+        self._checkers: dict[bytes | None, Callable[[str | URL], Verdict]] = {}
         self._closed = False
         self._names: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         # What the compiled batch path needs to find each section (checked again in C).
@@ -274,6 +279,7 @@ class SnapshotMatcher:
         memory (:meth:`from_image`) is the caller's: only the views of it are released.
         A verdict made before still reads its rule (:meth:`rule` after close)."""
         self._closed = True
+        self._checkers = {}  # (a checker holds this matcher: no cycle left to the collector)
         for name in ("_hosts", "_exprs", "_postings", "_view"):
             view = getattr(self, name, None)
             if view is not None:
@@ -573,17 +579,41 @@ class SnapshotMatcher:
         return None if rule_id < 0 else self.rule(rule_id)
 
     def check(self, url: str | URL, categories: Collection[str] | None = None) -> Verdict:
-        if type(url) is str and _verdicts is not None:
-            # one URL, straight to the compiled call check_many makes (the HTTP service and
-            # Scrapy's middleware check URLs one by one: every frame counts)
-            mask = None if categories is None else self.category_mask(categories)
-            return self._verdicts_compiled([url], mask)[0]
-        if type(url) is str and _match is not None:
-            # the compiled batch path with one URL: a fraction of the per-expression
-            # Python probes of decide()
-            return self.check_many([url], categories)[0]
+        return self._checker_of(None if categories is None else self.category_mask(categories))(url)
+
+    def checker(self, categories: Collection[str] | None = None) -> Callable[[str | URL], Verdict]:
+        """:meth:`check` with ``categories`` fixed, for one URL at a time: a callable taking
+        the URL and giving its verdict (as :meth:`check_many` makes it) in one compiled
+        call, with no batch to build (``Filter.check`` keeps one for its categories).
+        Without the extension, :meth:`_verdict_py` (the reference). Kept per category set;
+        an :class:`InvalidURL` raises, as in :meth:`check`."""
+        return self._checker_of(self.category_mask(categories))
+
+    def _checker_of(self, mask: bytes | None) -> Callable[[str | URL], Verdict]:
+        checkers = self._checkers
+        found = checkers.get(mask)
+        if found is None:
+            reference = functools.partial(self._verdict_py, mask)
+            found = (
+                reference
+                if _checker is None
+                else _checker(
+                    self._view, self._layout, mask, Verdict, NONE, ALLOW, BLOCK, self, reference
+                )
+            )
+            if len(checkers) >= 256:
+                checkers.clear()
+            checkers[mask] = found
+        return found
+
+    def _verdict_py(self, mask: bytes | None, url: str | URL) -> Verdict:
+        """One URL's verdict, parsed and matched in Python: the reference of the compiled
+        checker (``snapshot_checker``), and what it and ``check_many`` leave to Python."""
         parts = url if isinstance(url, URL) else parse_url(url)
-        return Verdict.of(self.decide(parts, categories), parts.canonical)
+        best = self._best(parts, None, mask)
+        if best < 0:
+            return Verdict(NONE, None, parts.canonical)
+        return Verdict.deferred(self.action_of(best), best, parts.canonical, self)
 
     def match_ids(
         self, urls: list[str], mask: bytes | None = None, canonical: list[str | None] | None = None
@@ -747,20 +777,12 @@ class SnapshotMatcher:
         verdicts, left = found
         invalid: InvalidURL | None = None
         for at in left:  # off the fast path: parsed here
-            url: str | URL = batch[at]
             try:
-                parts = url if isinstance(url, URL) else parse_url(url)
+                verdicts[at] = self._verdict_py(mask, batch[at])
             except InvalidURL as exc:
                 # as the reference: every URL parsed (another error raises at once), then
                 # the first invalid one raises
                 invalid = invalid or exc
-                continue
-            best = self._best(parts, None, mask)
-            verdicts[at] = (
-                Verdict(NONE, None, parts.canonical)
-                if best < 0
-                else Verdict.deferred(self.action_of(best), best, parts.canonical, self)
-            )
         if invalid is not None:
             raise invalid
         return verdicts
