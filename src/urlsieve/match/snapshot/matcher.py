@@ -257,7 +257,6 @@ class SnapshotMatcher:
         self._aliases = checked.aliases
         self._masks: dict[frozenset[str], bytes] = {}
         self._rule_cache = RuleCache()
-        self._checkers: dict[bytes | None, Callable[[str | URL], Verdict]] = {}
         self._closed = False
         self._names: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         # What the compiled batch path needs to find each section (checked again in C).
@@ -279,7 +278,6 @@ class SnapshotMatcher:
         memory (:meth:`from_image`) is the caller's: only the views of it are released.
         A verdict made before still reads its rule (:meth:`rule` after close)."""
         self._closed = True
-        self._checkers = {}  # (a checker holds this matcher: no cycle left to the collector)
         for name in ("_hosts", "_exprs", "_postings", "_view"):
             view = getattr(self, name, None)
             if view is not None:
@@ -579,31 +577,29 @@ class SnapshotMatcher:
         return None if rule_id < 0 else self.rule(rule_id)
 
     def check(self, url: str | URL, categories: Collection[str] | None = None) -> Verdict:
-        return self._checker_of(None if categories is None else self.category_mask(categories))(url)
+        mask = None if categories is None else self.category_mask(categories)
+        if type(url) is str and _verdicts is not None:
+            # one URL, the compiled call check_many makes (a caller checking URL after URL
+            # with the same categories keeps a checker(): one call, no list, no layout read)
+            return self._verdicts_compiled([url], mask)[0]
+        return self._verdict_py(mask, url)
 
     def checker(self, categories: Collection[str] | None = None) -> Callable[[str | URL], Verdict]:
         """:meth:`check` with ``categories`` fixed, for one URL at a time: a callable taking
         the URL and giving its verdict (as :meth:`check_many` makes it) in one compiled
-        call, with no batch to build (``Filter.check`` keeps one for its categories).
-        Without the extension, :meth:`_verdict_py` (the reference). Kept per category set;
-        an :class:`InvalidURL` raises, as in :meth:`check`."""
-        return self._checker_of(self.category_mask(categories))
+        call, with no batch to build (``Filter`` keeps one for its categories: that is
+        ``Filter.check``). An :class:`InvalidURL` raises, as in :meth:`check`. Without the
+        extension, :meth:`_verdict_py` (the reference).
 
-    def _checker_of(self, mask: bytes | None) -> Callable[[str | URL], Verdict]:
-        checkers = self._checkers
-        found = checkers.get(mask)
-        if found is None:
-            reference = functools.partial(self._verdict_py, mask)
-            found = (
-                reference
-                if _checker is None
-                else _checker(
-                    self._view, self._layout, mask, Verdict, NONE, ALLOW, BLOCK, self, reference
-                )
-            )
-            if len(checkers) >= 256:
-                checkers.clear()
-            checkers[mask] = found
+        A new one each call, for the caller to keep: the checker holds this matcher, and the
+        matcher keeps none, so no reference cycle delays the unmapping of a dropped one."""
+        mask = self.category_mask(categories)
+        reference = functools.partial(self._verdict_py, mask)
+        if _checker is None:
+            return reference
+        found: Callable[[str | URL], Verdict] = _checker(
+            self._view, self._layout, mask, Verdict, NONE, ALLOW, BLOCK, self, reference
+        )
         return found
 
     def _verdict_py(self, mask: bytes | None, url: str | URL) -> Verdict:
