@@ -39,6 +39,7 @@ COMPILED_PATHS: dict[str, str] = {
     "compile_lines": "list reading (compile)",
     "snapshot_match": "rule lookup (match_many)",
     "snapshot_verdicts": "verdicts without rules (check_many)",
+    "snapshot_checker": "one URL's verdict (Filter.check)",
     "policy_decide": "policy batches (pass-list walk)",
     "snapshot_rules": "rule records",
     "squid_scan": "Squid request lines",

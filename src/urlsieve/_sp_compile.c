@@ -2,7 +2,7 @@
  * _sp_compile.c: compiling rules into the snapshot format (a unit of urlsieve._speedups;
  * _speedups.c has the table of contents). Python references: the per-line readers
  * (urlsieve/rules/readers.py plain_line, the squidGuard parsers of rules/load.py, into
- * SnapshotBuilder.add) for compile_lines, and match/snapshot.py's _table for table_place
+ * SnapshotBuilder.add) for compile_lines, and match/snapshot/build.py's _table for table_place
  * (tests/match/test_snapshot_engine.py holds them equal).
  */
 #include "_speedups.h"
@@ -188,7 +188,7 @@ compile_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* ---------------------------------------------------------------------------------------
- * table_place(keys, values, table): the open-addressing table of match/snapshot.py's
+ * table_place(keys, values, table): the open-addressing table of match/snapshot/build.py's
  * _table (its reference), placed in the same rounds: in each round every key still
  * homeless tries its current slot, and in input order the first to find it free takes
  * it; the others move one slot on. The same bytes as the reference, in one pass per

@@ -1,14 +1,14 @@
 /*
  * _sp_lookup.c: rule lookup in the compiled rule format (a unit of urlsieve._speedups;
  * _speedups.c has the table of contents). Python reference: SnapshotMatcher._best of
- * urlsieve/match/snapshot.py (tests/match/test_snapshot_engine.py holds it equal). Here: the
- * image's tables, one URL's lookup (sp_match_url), the warmed batch (sp_match_batch, which
- * the verdict and Squid units drive too), snapshot_match.
+ * urlsieve/match/snapshot/matcher.py (tests/match/test_snapshot_engine.py holds it equal).
+ * Here: the image's tables, one URL's lookup (sp_match_url), the warmed batch
+ * (sp_match_batch, which the verdict and Squid units drive too), snapshot_match.
  */
 #include "_speedups.h"
 
 /* ---------------------------------------------------------------------------------------
- * The compiled rule format's batch lookup (urlsieve/match/snapshot.py; the reference is
+ * The compiled rule format's batch lookup (urlsieve/match/snapshot/; the reference is
  * SnapshotMatcher._best, which the tests hold this equal to). Per URL on the canonical
  * fast path: the id of the deciding rule, -1 when none matches; -2 for a URL off the fast
  * path (the caller parses it). Every offset read from the image is checked against the

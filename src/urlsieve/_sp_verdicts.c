@@ -2,7 +2,8 @@
  * _sp_verdicts.c: Python objects made from lookups: verdicts, policy decisions, rules (a unit
  * of urlsieve._speedups; _speedups.c has the table of contents). Python references:
  * SnapshotMatcher.check_many's body and Verdict.deferred (snapshot_verdicts;
- * tests/match/test_verdicts.py), PolicyEngine.decide_many_py of urlsieve/policy/engine.py
+ * tests/match/test_verdicts.py), SnapshotMatcher._verdict_py (snapshot_checker, one URL;
+ * tests/match/test_checker.py), PolicyEngine.decide_many_py of urlsieve/policy/engine.py
  * (policy_decide; tests/policy/), SnapshotMatcher.rule (snapshot_rules;
  * tests/match/test_snapshot_engine.py).
  */
@@ -134,6 +135,39 @@ typedef struct {
     verdict_slots slots;
 } deferred_sink;
 
+/* The verdict of URL `url` decided by rule `id` (-1: none; not -2), matched as
+   text[0:len] (spans sp): a new reference, or NULL with an error set. */
+static PyObject *
+deferred_verdict(const deferred_sink *to, PyObject *url, int64_t id, const unsigned char *text,
+                 Py_ssize_t len, const spans *sp)
+{
+    if (id >= 0 && (uint64_t)id >= to->im->n_rules) { /* (sp_match_one checked it already) */
+        PyErr_SetString(PyExc_SystemError, "snapshot_verdicts: a rule id beyond the image");
+        return NULL;
+    }
+    PyObject *form = sp_form_of(url, text, len, sp);
+    if (form == NULL) return NULL;
+    PyObject *action = to->none, *rule = Py_None, *rules = Py_None;
+    if (id >= 0) {
+        action = record_itself(to->im, (uint64_t)id).flags & F_ALLOW ? to->allow : to->block;
+        rule = PyLong_FromLongLong(id);
+        rules = to->rules;
+        if (rule == NULL) {
+            Py_DECREF(form);
+            return NULL;
+        }
+    }
+    PyObject *verdict = slots_verdict(&to->slots, action, rule, rules, form);
+    if (id >= 0) Py_DECREF(rule);
+    Py_DECREF(form);
+    if (verdict == NULL) return NULL;
+    /* In no reference cycle: two strings, an int or None, and the engine, which holds no
+       verdict (its rule, read later, is a rule of strings and numbers): left to reference
+       counts, so that no collection walks them. */
+    PyObject_GC_UnTrack(verdict);
+    return verdict;
+}
+
 static int
 deferred_put(void *ctx, Py_ssize_t k, PyObject *url, int64_t id, const unsigned char *text,
              Py_ssize_t len, const spans *sp)
@@ -147,30 +181,8 @@ deferred_put(void *ctx, Py_ssize_t k, PyObject *url, int64_t id, const unsigned 
         PyList_SET_ITEM(to->out, k, Py_NewRef(Py_None));
         return 0;
     }
-    if (id >= 0 && (uint64_t)id >= to->im->n_rules) { /* (sp_match_one checked it already) */
-        PyErr_SetString(PyExc_SystemError, "snapshot_verdicts: a rule id beyond the image");
-        return -1;
-    }
-    PyObject *form = sp_form_of(url, text, len, sp);
-    if (form == NULL) return -1;
-    PyObject *action = to->none, *rule = Py_None, *rules = Py_None;
-    if (id >= 0) {
-        action = record_itself(to->im, (uint64_t)id).flags & F_ALLOW ? to->allow : to->block;
-        rule = PyLong_FromLongLong(id);
-        rules = to->rules;
-        if (rule == NULL) {
-            Py_DECREF(form);
-            return -1;
-        }
-    }
-    PyObject *verdict = slots_verdict(&to->slots, action, rule, rules, form);
-    if (id >= 0) Py_DECREF(rule);
-    Py_DECREF(form);
+    PyObject *verdict = deferred_verdict(to, url, id, text, len, sp);
     if (verdict == NULL) return -1;
-    /* In no reference cycle: two strings, an int or None, and the engine, which holds no
-       verdict (its rule, read later, is a rule of strings and numbers): left to reference
-       counts, so that no collection walks them. */
-    PyObject_GC_UnTrack(verdict);
     PyList_SET_ITEM(to->out, k, verdict);
     return 0;
 }
@@ -230,6 +242,194 @@ done:
     PyBuffer_Release(&img);
     if (mask.obj) PyBuffer_Release(&mask);
     return result;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * snapshot_checker: SnapshotMatcher.check of one URL, its categories fixed, from the URL to
+ * its verdict in one call (SnapshotMatcher.checker; the reference is _verdict_py, which the
+ * tests hold this equal to). snapshot_checker(image, layout, mask, verdict_type, none,
+ * allow, block, rules, fallback) checks the layout, the mask and the verdict class once
+ * and gives a callable object. Called with a URL, it makes the verdict snapshot_verdicts
+ * makes for it, with no list, no layout read and no collector switch per call. A URL off
+ * the fast path, or not an ASCII str, is given to
+ * fallback(url), whose result (or error) is the call's. The image is taken from its
+ * exporter at each call (the view of a closed matcher is released: the call raises), and
+ * its layout read again if the buffer moved (it cannot, for a memoryview: checked anyway).
+ */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *view, *layout, *mask, *verdict_type, *fallback;
+    deferred_sink to; /* its none, allow, block and rules held by the checker */
+    image im;         /* the layout as read for the buffer at base, of size bytes */
+    const void *base;
+    Py_ssize_t size;
+} checker_object;
+
+static int
+checker_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    checker_object *c = (checker_object *)self;
+    Py_VISIT(c->view);
+    Py_VISIT(c->layout);
+    Py_VISIT(c->mask);
+    Py_VISIT(c->verdict_type);
+    Py_VISIT(c->fallback);
+    Py_VISIT(c->to.none);
+    Py_VISIT(c->to.allow);
+    Py_VISIT(c->to.block);
+    Py_VISIT(c->to.rules);
+    return 0;
+}
+
+static int
+checker_clear(PyObject *self)
+{
+    checker_object *c = (checker_object *)self;
+    Py_CLEAR(c->view);
+    Py_CLEAR(c->layout);
+    Py_CLEAR(c->mask);
+    Py_CLEAR(c->verdict_type);
+    Py_CLEAR(c->fallback);
+    Py_CLEAR(c->to.none);
+    Py_CLEAR(c->to.allow);
+    Py_CLEAR(c->to.block);
+    Py_CLEAR(c->to.rules);
+    return 0;
+}
+
+static void
+checker_dealloc(PyObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    checker_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+/* The layout of the buffer img (as the checker's, read again if the buffer moved): 0 with
+   an error set. */
+static int
+checker_image(checker_object *c, const Py_buffer *img)
+{
+    if (img->buf == c->base && img->len == c->size) return 1;
+    image fresh;
+    if (!sp_image_open(img, c->layout, &fresh)) return 0;
+    fresh.mask = c->im.mask;
+    fresh.mask_len = c->im.mask_len;
+    c->im = fresh;
+    c->base = img->buf;
+    c->size = img->len;
+    return 1;
+}
+
+static PyObject *
+checker_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    checker_object *c = (checker_object *)self;
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "a snapshot checker takes one URL");
+        return NULL;
+    }
+    if (c->view == NULL) { /* (cleared by the collector) */
+        PyErr_SetString(PyExc_ValueError, "a cleared snapshot checker");
+        return NULL;
+    }
+    PyObject *url = args[0];
+    if (!PyUnicode_Check(url) || !PyUnicode_IS_ASCII(url))
+        return PyObject_CallOneArg(c->fallback, url);
+    Py_buffer img;
+    if (PyObject_GetBuffer(c->view, &img, PyBUF_SIMPLE) < 0) return NULL;
+    if (!checker_image(c, &img)) {
+        PyBuffer_Release(&img);
+        return NULL;
+    }
+    unsigned char *buf = sp_scratch_take();
+    if (buf == NULL) {
+        PyBuffer_Release(&img);
+        return PyErr_NoMemory();
+    }
+    /* Matched cold: for one URL, asking for its memory link by link (match_batch's
+       warming) measured no faster than the out-of-order core's own overlap. */
+    const unsigned char *text;
+    Py_ssize_t len;
+    spans sp;
+    int64_t id = sp_match_url(&c->im, PyUnicode_1BYTE_DATA(url), PyUnicode_GET_LENGTH(url), buf,
+                           buf + MAX_URL + 16, &text, &len, &sp);
+    PyObject *verdict = id == -2 ? NULL : deferred_verdict(&c->to, url, id, text, len, &sp);
+    sp_scratch_give(buf);
+    PyBuffer_Release(&img);
+    if (id == -2) return PyObject_CallOneArg(c->fallback, url);
+    return verdict;
+}
+
+static PyTypeObject checker_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "urlsieve._speedups.SnapshotChecker",
+    .tp_basicsize = sizeof(checker_object),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(checker_object, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = checker_dealloc,
+    .tp_traverse = checker_traverse,
+    .tp_clear = checker_clear,
+    .tp_doc = "One URL's verdict from a compiled image, its categories fixed "
+              "(snapshot_checker).",
+};
+
+static PyObject *
+snapshot_checker(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "snapshot_checker(image, layout, mask, verdict_type, "
+                                         "none, allow, block, rules, fallback) takes 9 "
+                                         "arguments");
+        return NULL;
+    }
+    PyObject *mask = args[2], *fallback = args[8];
+    if (mask != Py_None && !PyBytes_Check(mask)) {
+        PyErr_SetString(PyExc_TypeError, "snapshot_checker: mask must be bytes or None");
+        return NULL;
+    }
+    if (!PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "snapshot_checker: fallback must be callable");
+        return NULL;
+    }
+    verdict_slots slots;
+    if (!verdict_slots_of(args[3], &slots)) return NULL;
+    Py_buffer img;
+    if (PyObject_GetBuffer(args[0], &img, PyBUF_SIMPLE) < 0) return NULL;
+    image im;
+    int ok = sp_image_open(&img, args[1], &im);
+    const void *base = img.buf;
+    Py_ssize_t size = img.len;
+    PyBuffer_Release(&img);
+    if (!ok) return NULL;
+    im.mask = mask == Py_None ? NULL : (const unsigned char *)PyBytes_AS_STRING(mask);
+    im.mask_len = mask == Py_None ? 0 : PyBytes_GET_SIZE(mask);
+    checker_object *c = PyObject_GC_New(checker_object, &checker_type);
+    if (c == NULL) return NULL;
+    c->vectorcall = checker_call;
+    c->view = Py_NewRef(args[0]);
+    c->layout = Py_NewRef(args[1]);
+    c->mask = Py_NewRef(mask);
+    c->verdict_type = Py_NewRef(args[3]);
+    c->fallback = Py_NewRef(fallback);
+    c->to = (deferred_sink){.none = Py_NewRef(args[4]), .allow = Py_NewRef(args[5]),
+                            .block = Py_NewRef(args[6]), .rules = Py_NewRef(args[7]),
+                            .slots = slots};
+    c->im = im;
+    c->to.im = &c->im;
+    c->base = base;
+    c->size = size;
+    PyObject_GC_Track(c);
+    return (PyObject *)c;
+}
+
+/* Readies the types this unit defines (the module's init): -1 with an error set. */
+int
+sp_verdicts_init(void)
+{
+    return PyType_Ready(&checker_type);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -544,7 +744,7 @@ done:
 
 /* ---------------------------------------------------------------------------------------
  * snapshot_rules: the Rule objects of rule ids, read from the image in one call
- * (urlsieve/match/snapshot.py; SnapshotMatcher.rule is the reference, which the tests
+ * (urlsieve/match/snapshot/matcher.py; SnapshotMatcher.rule is the reference, which the tests
  * hold this equal to). A rule whose strings are not all ASCII, or whose record points
  * outside the image or its name tables, gets None: the caller builds it (or raises) the
  * reference's way. categories and sources: the image's str tables; allow, block: the
@@ -660,6 +860,9 @@ const PyMethodDef sp_verdicts_methods[] = {
     {"snapshot_verdicts", (PyCFunction)(void (*)(void))snapshot_verdicts, METH_FASTCALL,
      "snapshot_verdicts(image, layout, urls, mask, verdict_type, none, allow, block, rules)"
      " -> (verdicts, left): check_many's verdicts, each holding its rule's id, not the rule"},
+    {"snapshot_checker", (PyCFunction)(void (*)(void))snapshot_checker, METH_FASTCALL,
+     "snapshot_checker(image, layout, mask, verdict_type, none, allow, block, rules, "
+     "fallback) -> SnapshotChecker: a callable giving one URL's verdict in one call"},
     {"policy_decide", (PyCFunction)(void (*)(void))policy_decide, METH_FASTCALL,
      "policy_decide(image, layout, urls, whos, who_index, index_of, table, plan_at, masks,"
      " stride, shared, needles) -> (decisions, rest): a policy's batch, its pass-list walk"

@@ -24,14 +24,15 @@
  *                   ref. seen/bloom.py and seen/exact.py (numpy), their Python sessions
  *                   (seen/_mapped.py session_py for store_session)
  *   _sp_lookup.c    rule lookup in the compiled rule format: snapshot_match
- *                   ref. match/snapshot.py SnapshotMatcher._best
- *   _sp_verdicts.c  objects made from lookups: snapshot_verdicts, policy_decide,
- *                   snapshot_rules
- *                   ref. SnapshotMatcher.check_many and .rule (match/snapshot.py),
+ *                   ref. match/snapshot/matcher.py SnapshotMatcher._best
+ *   _sp_verdicts.c  objects made from lookups: snapshot_verdicts, snapshot_checker,
+ *                   policy_decide, snapshot_rules
+ *                   ref. SnapshotMatcher.check_many, ._verdict_py and .rule
+ *                   (match/snapshot/matcher.py),
  *                   policy/engine.py PolicyEngine.decide_many_py
  *   _sp_compile.c   lists into the rule format: compile_lines, table_place
  *                   ref. rules/readers.py plain_line, rules/load.py into
- *                   SnapshotBuilder.add; match/snapshot.py _table
+ *                   SnapshotBuilder.add; match/snapshot/build.py _table
  *   _sp_squid.c     Squid replies and line output: squid_scan, squid_reply, filter_reply,
  *                   quote_all
  *                   ref. gateway/protocol.py parse_request and _quote_all, gateway/squid.py
@@ -137,6 +138,7 @@ PyInit__speedups(void)
 {
     sp_scan_init();
     if (sp_rewrite_init() < 0) return NULL;
+    if (sp_verdicts_init() < 0) return NULL;
     if (methods_fill() < 0) return NULL;
     return PyModule_Create(&module);
 }

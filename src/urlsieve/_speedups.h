@@ -115,17 +115,17 @@ typedef struct {
     spans sp;
 } one_url;
 
-/* ---- The compiled rule format (urlsieve/match/snapshot.py) ---- */
+/* ---- The compiled rule format (urlsieve/match/snapshot/format.py) ---- */
 
 /* A key's home slot in a table of `slots` (at most 2**32) slots: the top 32 bits of the
-   key scaled to the table (match/snapshot.py's _home), so any slot count works. */
+   key scaled to the table (match/snapshot/format.py's _home), so any slot count works. */
 static inline uint64_t
 slot_home(uint64_t key, uint64_t slots)
 {
     return ((key >> 32) * slots) >> 32;
 }
 
-/* A table slot of the compiled rule format: u64 key, u32 value (snapshot.py's _SLOT). */
+/* A table slot of the compiled rule format: u64 key, u32 value (snapshot/format.py's _SLOT). */
 #define SLOT 12
 
 enum { F_ALLOW = 1, F_EXACT_HOST = 2, F_ANCHORED = 4, F_IP = 8, F_EXTRA = 64 };
@@ -133,7 +133,7 @@ enum { F_ALLOW = 1, F_EXACT_HOST = 2, F_ANCHORED = 4, F_IP = 8, F_EXTRA = 64 };
 #define DEEP_BIT 30 /* path depths from 30 on share one bit */
 /* an expression slot's value with this bit set is the one rule id stored under it */
 #define ONE_RULE (UINT32_C(1) << 31)
-/* rule records and extras (snapshot.py's _RECORD, _EXTRA_RECORD) */
+/* rule records and extras (snapshot/format.py's _RECORD, _EXTRA_RECORD) */
 #define RECORD 16
 #define EXTRA 20
 
@@ -190,7 +190,7 @@ rd16(const unsigned char *p)
     return v;
 }
 
-/* A rule as its record (snapshot.py's _RECORD, "<IIHHHBB", 16 bytes) and, with F_EXTRA,
+/* A rule as its record (snapshot/format.py's _RECORD, "<IIHHHBB", 16 bytes) and, with F_EXTRA,
    its extra (_EXTRA_RECORD, "<IIIIi", 20 bytes) give it: SnapshotMatcher._record. */
 typedef struct {
     uint32_t off, n_pat, n_host, n_path;
@@ -287,6 +287,9 @@ int sp_url_runs_open(url_runs *r, const char *name, PyObject *urls, PyObject *al
 Py_ssize_t sp_url_runs_copy(url_runs *r, Py_ssize_t run);
 int sp_url_runs_hash(url_runs *r, Py_ssize_t k, int bits, uint64_t *o);
 PyObject *sp_url_runs_rest(const url_runs *r);
+
+/* _sp_verdicts.c */
+int sp_verdicts_init(void);
 
 /* _sp_lookup.c */
 int64_t sp_match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans *spp,

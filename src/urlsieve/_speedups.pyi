@@ -1,6 +1,7 @@
 # The compiled accelerator's signatures (urlsieve/_speedups.c; each function's doc says
 # what it does). Buffers are numpy arrays or mappings. Every build has every function
 # (urlsieve._accel.COMPILED_PATHS lists them; an older build may lack some).
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 _T = TypeVar("_T", bound=tuple[Any, ...])
@@ -42,6 +43,18 @@ def squid_scan(
 def snapshot_match(
     image: Any, layout: Any, urls: list[Any], mask: Any, out: Any, /, *rest: Any
 ) -> None: ...
+def snapshot_checker(
+    image: Any,
+    layout: Any,
+    mask: bytes | None,
+    verdict_type: Any,
+    none: Any,
+    allow: Any,
+    block: Any,
+    rules: Any,
+    fallback: Callable[[Any], Any],
+    /,
+) -> Callable[[Any], Any]: ...
 def canonical_hashes(
     urls: list[str], allow_query: bool, bits: int, out: Any, keep_port: bool, /
 ) -> list[int]: ...

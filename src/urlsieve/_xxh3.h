@@ -1,6 +1,6 @@
 /*
  * XXH3, 64 and 128 bits, with the default secret and seed 0: the hash of the compiled rule
- * tables (snapshot.py's keys) and of the seen stores' fingerprints (fingerprint.py).
+ * tables (match/snapshot/format.py's keys) and of the seen stores' fingerprints (fingerprint.py).
  *
  * Written for urlsieve from the algorithm's published specification (xxHash's
  * doc/xxhash_spec.md, "XXH3 Algorithm Description"), so that the extension needs no

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Collection, Iterable, Sequence
 
@@ -56,6 +57,14 @@ class Filter:
         )
         self._load = load if load is not None else LoadResult()
         self._categories = None if categories is None else frozenset(categories)
+        # check(url) of the default categories in one call: the compiled engine's checker
+        # (one URL straight to its verdict), else the engine's check with them
+        checker = getattr(self._matcher, "checker", None)
+        self._one: Callable[[str | URL], Verdict] = (
+            checker(self._categories)
+            if checker is not None
+            else functools.partial(self._matcher.check, categories=self._categories)
+        )
 
     @classmethod
     def from_rules(cls, rules: Iterable[Rule | str], *, category: str = "-") -> Filter:
@@ -212,7 +221,9 @@ class Filter:
 
         ``categories``: enforce only these categories' rules for this call.
         """
-        return self._matcher.check(url, self._categories if categories is None else categories)
+        if categories is None:
+            return self._one(url)
+        return self._matcher.check(url, categories)
 
     def matching_categories(self, url: str | URL, categories: Categories = None) -> list[str]:
         """Every enforced category with a rule matching ``url`` (block or allow), in the

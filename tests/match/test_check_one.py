@@ -9,8 +9,8 @@ import pytest
 
 from tests.gateway import rulegen
 from urlsieve import Filter, InvalidURL, parse_url
-from urlsieve.match import snapshot
 from urlsieve.match.snapshot import SnapshotMatcher
+from urlsieve.match.snapshot import matcher as snapshot
 from urlsieve.rules.model import ALLOW, BLOCK, Rule, RuleSyntaxError, parse_rule
 
 CATEGORIES = ["c0", "c1", "c2"]
@@ -49,6 +49,7 @@ def test_one_url_is_the_batch_and_the_reference(
     if not compiled:
         monkeypatch.setattr(snapshot, "_verdicts", None)
         monkeypatch.setattr(snapshot, "_match", None)
+        monkeypatch.setattr(snapshot, "_checker", None)
     flt = Filter(SnapshotMatcher.from_rules(rules))
     single = [_verdict(lambda u: flt.check(u, chosen), url) for url in urls]  # cache cold
     valid = [u for u, v in zip(urls, single, strict=True) if not isinstance(v, _Invalid)]

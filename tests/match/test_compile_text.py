@@ -16,15 +16,10 @@ from hypothesis import strategies as st
 
 from tests.needs import missing
 from urlsieve._accel import speedups
-from urlsieve.match import snapshot
-from urlsieve.match.snapshot import (
-    _SLOT,
-    SnapshotBuilder,
-    SnapshotMatcher,
-    _slots,
-    _table,
-    _table_rounds,
-)
+from urlsieve.match.snapshot import SnapshotBuilder, SnapshotMatcher
+from urlsieve.match.snapshot import build as snapshot
+from urlsieve.match.snapshot.build import _table, _table_rounds
+from urlsieve.match.snapshot.format import _SLOT, _slots
 from urlsieve.rules import load_lists
 from urlsieve.rules.model import parse_rule
 from urlsieve.rules.readers import LineContext

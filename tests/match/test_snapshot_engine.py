@@ -19,7 +19,8 @@ from tests.needs import missing
 from urlsieve import Filter, InvalidURL, parse_url
 from urlsieve._accel import speedups
 from urlsieve.match import HashMatcher, Verdict
-from urlsieve.match.snapshot import _ONE_RULE, SnapshotBuilder, SnapshotMatcher
+from urlsieve.match.snapshot import SnapshotBuilder, SnapshotMatcher
+from urlsieve.match.snapshot.format import _ONE_RULE
 from urlsieve.rules.model import ALLOW, BLOCK, Rule, RuleSyntaxError, parse_rule
 
 
@@ -281,8 +282,8 @@ def test_fragments_and_backslashes_take_the_compiled_path() -> None:
 
 @pytest.mark.usefixtures("compiled")
 def test_one_url_is_checked_on_the_compiled_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """check() of a str is the batch call with one URL (the service and Scrapy check one at
-    a time); a URL object, and what the batch leaves, take the Python probes."""
+    """check() of a str is one compiled call (the checker: the service and Scrapy check one
+    at a time); a URL object, and what that call leaves, take the Python probes."""
     matcher = SnapshotMatcher.from_rules(rules_from(["evil.com/a", "good.org", "bücher.de"], 1))
     urls = ["http://evil.com/a/b", "HTTP://EVIL.com/a/./b#x", "good.org", "http://none.test/"]
     want = [matcher.check(parse_url(url)) for url in urls]
@@ -430,7 +431,7 @@ def test_mask_rows_are_checked_by_the_compiled_entry_point() -> None:
 def _python_check_many(
     monkeypatch: pytest.MonkeyPatch, matcher: SnapshotMatcher, urls: list[Any]
 ) -> list[Verdict] | InvalidURL:
-    import urlsieve.match.snapshot as snapshot_module
+    import urlsieve.match.snapshot.matcher as snapshot_module
 
     with monkeypatch.context() as patched:
         patched.setattr(snapshot_module, "_verdicts", None)

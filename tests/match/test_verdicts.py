@@ -21,8 +21,8 @@ from tests.needs import missing
 from urlsieve._accel import speedups
 from urlsieve.exceptions import InvalidURL, SnapshotError
 from urlsieve.match import Verdict
-from urlsieve.match import snapshot as snapshot_module
 from urlsieve.match.snapshot import SnapshotMatcher
+from urlsieve.match.snapshot import matcher as snapshot_module
 from urlsieve.rules.model import ALLOW, BLOCK, Rule, parse_rule
 from urlsieve.url import parse_url
 
