@@ -612,7 +612,8 @@ exact_add_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer view;
     int fd;
     if (locked_args("exact_add_locked", args[0], args[1], &view, &fd) < 0) return NULL;
-    if ((uint64_t)view.len / 64 < HEADER_WORDS / 8 + buckets) {
+    /* (not HEADER_WORDS / 8 + buckets < ...: a huge buckets wraps that sum past the check) */
+    if (buckets > (uint64_t)view.len / 64 - HEADER_WORDS / 8) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "exact_add_locked: the file is shorter than its table");
         return NULL;

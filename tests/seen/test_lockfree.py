@@ -363,3 +363,53 @@ def test_a_file_from_before_lock_free_adds_is_read_and_upgraded(kind: str, tmp_p
     _set_version(path, 3)
     with pytest.raises(StoreCorrupt, match=r"format version 3 \(this urlsieve reads 1, 2\)"):
         open_seen(f"{kind}:{path}")
+
+
+# ------------------------------------------------------------ review (n37-rev)
+
+
+@pytest.mark.parametrize("fd", [-1, -2])
+def test_a_bucket_count_past_the_file_is_refused_not_wrapped(fd: int) -> None:
+    """A bucket count near 2**64 made ``HEADER_WORDS / 8 + buckets`` wrap to a small
+    number, so the size check passed and the probe read and wrote far out of the buffer
+    (a segfault)."""
+    words = np.zeros(512 + 8 * 4, dtype=np.uint64)  # the header and 4 buckets
+    mv = memoryview(words).cast("B").cast("Q")
+    for buckets in (2**64 - 64, 2**64 - 1, 2**64 - 60, 5):
+        with pytest.raises(ValueError, match="shorter than its table"):
+            speedups.exact_add_locked(mv, fd, 0x123456789ABCDEF0, buckets, 10**9)
+    assert speedups.exact_add_locked(mv, fd, 0x123456789ABCDEF0, 4, 10**9) in (0, 1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=StoreCorrupt,
+    reason="n37-rev finding 1: an adder taken for dead but alive raises the count after "
+    "the recount; killed before its redo, the count stays one high and the next open "
+    "reports the file damaged",
+)
+def test_a_slow_adder_taken_for_dead_then_killed_leaves_a_store_that_opens(
+    tmp_path: Path,
+) -> None:
+    """The interleaving, step by step (the adder's steps by hand, as its C does them):
+    adder registers and reads s0; CAS of its key into a slot; preempted > 2 ms; another
+    process's locked section waits 2 ms, takes it for dead, recounts (its key counted),
+    opens a new epoch, ends; the adder resumes: count + 1 (atomic), is killed before it
+    reads s1 and redoes its add. Nobody is registered, the file is clean: the count is one
+    above the slots in use for good."""
+    path = str(tmp_path / "z.exact")
+    with ExactStore(path, capacity=1000) as adder, ExactStore(path) as other:
+        assert adder.add("http://a.example/1")
+        adder._mv[W_ADDING] += 1  # registers (epoch 0)
+        s0 = int(adder._mv[W_SEQ])
+        assert s0 % 2 == 0
+        fp = adder._key("http://a.example/zombie")  # type: ignore[misc]
+        found, slot = adder._find(fp)
+        assert not found
+        adder._mv[slot] = fp  # its CAS
+        assert other.add_many(["http://a.example/2"]) == [True]  # waits, recounts, new epoch
+        assert int(other._mv[W_ADDING]) == 1 << 32
+        speedups.store_session(adder._mv, 3, W_COUNT)  # its count + 1; then SIGKILL
+        assert int(adder._mv[W_SEQ]) != s0  # (it would have redone its add: never ran)
+    with ExactStore(path) as reopened:  # StoreCorrupt: "3 slots in use, the header counts 4"
+        assert len(reopened) == 3 == int(np.count_nonzero(reopened._table))
