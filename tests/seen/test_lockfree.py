@@ -413,3 +413,25 @@ def test_a_slow_adder_taken_for_dead_then_killed_leaves_a_store_that_opens(
         assert int(adder._mv[W_SEQ]) != s0  # (it would have redone its add: never ran)
     with ExactStore(path) as reopened:  # StoreCorrupt: "3 slots in use, the header counts 4"
         assert len(reopened) == 3 == int(np.count_nonzero(reopened._table))
+
+
+@pytest.mark.parametrize(
+    ("word", "value", "op"),
+    [
+        (W_SEQ, 2**64 - 1, 0),
+        (W_SEQ, 2**64 - 2, 0),
+        (W_SEQ, 2**64 - 1, 1),
+        (W_ADDING, (2**32 - 1) << 32, 2),
+        (W_ADDING, 2**64 - 1, 2),
+        (W_COUNT, 2**64 - 1, 3),
+    ],
+)
+def test_the_session_steps_wrap_as_their_reference_does(word: int, value: int, op: int) -> None:
+    """Words at the top of their range (a damaged or hostile header): the C wraps; the
+    pure-Python reference raised ValueError (memoryview 'Q' takes no 2**64)."""
+    a = np.zeros(1024, dtype=np.uint64)
+    a[word] = value
+    b = a.copy()
+    ma, mb = memoryview(a).cast("B").cast("Q"), memoryview(b).cast("B").cast("Q")
+    assert speedups.store_session(ma, op, W_COUNT) == session_py(mb, op, W_COUNT)
+    assert (a == b).all()

@@ -109,6 +109,7 @@ W_NLAYERS = 35
 W_SEQ = 36  # the locked sections' sequence: odd while one runs
 W_ADDING = 37  # epoch << 32 | lock-free adds in flight
 IN_FLIGHT = 0xFFFFFFFF
+_M64 = (1 << 64) - 1
 #: How long a locked section waits for the lock-free adds in flight (the compiled wait's).
 ADDING_WAIT = 0.002
 
@@ -133,19 +134,20 @@ _store_session = getattr(speedups, "store_session", None)
 
 
 def session_py(mv: memoryview, op: int, word: int = W_DIRTY) -> int:
-    """The reference of ``_speedups.store_session`` (plain stores: no fence)."""
+    """The reference of ``_speedups.store_session`` (plain stores: no fence; the words wrap
+    at 2**64 as the C's do, whatever a damaged or hostile header holds)."""
     if op == 0:
-        mv[W_SEQ] = (mv[W_SEQ] + 2) | 1
+        mv[W_SEQ] = ((mv[W_SEQ] + 2) | 1) & _M64
         deadline = time.monotonic() + ADDING_WAIT
         while mv[W_ADDING] & IN_FLIGHT and time.monotonic() < deadline:
             os.sched_yield()
         return int(bool(mv[W_ADDING] & IN_FLIGHT))
     if op == 1:
-        mv[W_SEQ] += mv[W_SEQ] & 1
+        mv[W_SEQ] = (mv[W_SEQ] + (mv[W_SEQ] & 1)) & _M64
     elif op == 2:
-        mv[W_ADDING] = ((mv[W_ADDING] >> 32) + 1) << 32
+        mv[W_ADDING] = (((mv[W_ADDING] >> 32) + 1) << 32) & _M64
     else:
-        mv[word] += 1
+        mv[word] = (mv[word] + 1) & _M64
     return 0
 
 
