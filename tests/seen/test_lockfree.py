@@ -27,7 +27,15 @@ import pytest
 
 from urlsieve import StoreCorrupt
 from urlsieve.seen import open_seen
-from urlsieve.seen._mapped import IN_FLIGHT, W_ADDING, W_COUNT, W_DIRTY, W_SEQ, session_py
+from urlsieve.seen._mapped import (
+    IN_FLIGHT,
+    W_ADDING,
+    W_COUNT,
+    W_DIRTY,
+    W_SEQ,
+    W_STRAGGLERS,
+    session_py,
+)
 from urlsieve.seen.bloom import BloomStore
 from urlsieve.seen.exact import ExactStore
 
@@ -381,13 +389,6 @@ def test_a_bucket_count_past_the_file_is_refused_not_wrapped(fd: int) -> None:
     assert speedups.exact_add_locked(mv, fd, 0x123456789ABCDEF0, 4, 10**9) in (0, 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=StoreCorrupt,
-    reason="n37-rev finding 1: an adder taken for dead but alive raises the count after "
-    "the recount; killed before its redo, the count stays one high and the next open "
-    "reports the file damaged",
-)
 def test_a_slow_adder_taken_for_dead_then_killed_leaves_a_store_that_opens(
     tmp_path: Path,
 ) -> None:
@@ -411,8 +412,15 @@ def test_a_slow_adder_taken_for_dead_then_killed_leaves_a_store_that_opens(
         assert int(other._mv[W_ADDING]) == 1 << 32
         speedups.store_session(adder._mv, 3, W_COUNT)  # its count + 1; then SIGKILL
         assert int(adder._mv[W_SEQ]) != s0  # (it would have redone its add: never ran)
-    with ExactStore(path) as reopened:  # StoreCorrupt: "3 slots in use, the header counts 4"
+        assert int(adder._mv[W_COUNT]) == 4  # one above the 3 keys: the straggler's + 1
+    with ExactStore(path, readonly=True) as reader:  # a count ahead, explained: no error
+        assert int(reader._mv[W_COUNT]) == 4 and int(reader._mv[W_STRAGGLERS]) == 1
+    with ExactStore(path) as reopened:  # the first read-write open recounts (n37-rev #1)
         assert len(reopened) == 3 == int(np.count_nonzero(reopened._table))
+    with ExactStore(path) as again:  # and the count is right from then on
+        again._mv[W_COUNT] += 2  # more than the stragglers can explain: damage
+    with pytest.raises(StoreCorrupt, match="3 slots in use, the header counts 5"):
+        ExactStore(path)
 
 
 @pytest.mark.parametrize(

@@ -108,6 +108,10 @@ W_COUNT = 34
 W_NLAYERS = 35
 W_SEQ = 36  # the locked sections' sequence: odd while one runs
 W_ADDING = 37  # epoch << 32 | lock-free adds in flight
+# Lock-free adds taken for dead so far (locked sections add to it): one of them that was
+# only slow may still raise the count once after the recount that took it for dead (and
+# be killed before its redo), so the count may exceed the keys by at most this much.
+W_STRAGGLERS = 38
 IN_FLIGHT = 0xFFFFFFFF
 _M64 = (1 << 64) - 1
 #: How long a locked section waits for the lock-free adds in flight (the compiled wait's).
@@ -158,6 +162,11 @@ def session(mv: memoryview, op: int, word: int = W_DIRTY) -> int:
         return session_py(mv, op, word)
     held: int = _store_session(mv, op, word)
     return held
+
+
+class CountAhead(StoreCorrupt):
+    """The count is above the keys by no more than the adds taken for dead may have left
+    (:data:`W_STRAGGLERS`): not damage; :meth:`MappedStore.verify` recounts."""
 
 
 class _Session:
@@ -277,6 +286,7 @@ class MappedStore(ClosingStore):
         if not self._readonly:
             with self._writing:  # repairs what a writer killed mid-update left behind
                 pass
+        recount = False
         with self._reading:
             fcntl.flock(self._fd, fcntl.LOCK_SH)  # no writer changes it while it is counted
             try:
@@ -289,6 +299,9 @@ class MappedStore(ClosingStore):
                     try:
                         self._verify()
                         return
+                    except CountAhead:
+                        recount = True
+                        break
                     except StoreCorrupt:
                         if self._mv[W_ADDING] & IN_FLIGHT == 0 and mark == bytes(
                             self._mm[256:HEADER_SIZE]  # type: ignore[index]
@@ -297,6 +310,9 @@ class MappedStore(ClosingStore):
                     time.sleep(0.001)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if recount and not self._readonly:
+            with self._writing:  # a straggler's late + 1: the count made right again
+                self._recover()
 
     # ------------------------------------------------------------------ opening
 
@@ -352,7 +368,13 @@ class MappedStore(ClosingStore):
             )
         access = mmap.ACCESS_READ if self._readonly else mmap.ACCESS_WRITE
         self._mm = mm = mmap.mmap(self._fd, size, access=access)
-        self._check_static(bytes(mm[: CRC_OFFSET + 4]))
+        head = bytes(mm[: CRC_OFFSET + 4])
+        for _ in range(5):  # a version upgrade rewrites the header under the lock: read again
+            if struct.unpack_from("<I", head, CRC_OFFSET)[0] == zlib.crc32(head[:CRC_OFFSET]):
+                break
+            time.sleep(0.001)
+            head = bytes(mm[: CRC_OFFSET + 4])
+        self._check_static(head)
         self._words = np.frombuffer(mm, dtype=np.uint64)
         self._mv = memoryview(mm).cast("Q")
         try:
@@ -493,6 +515,11 @@ class MappedStore(ClosingStore):
     def _verify(self) -> None:
         """Raise :class:`StoreCorrupt` when the data disagrees with the header (lock held)."""
 
+    def _count_ahead(self, count: int, keys: int) -> bool:
+        """Whether a count above the keys is what stragglers may have left (see
+        :data:`W_STRAGGLERS`): not damage, and a recount repairs it."""
+        return 0 < count - keys <= int(self._mv[W_STRAGGLERS])
+
     def _damaged(self, what: str) -> StoreCorrupt:
         return StoreCorrupt(
             f"{self._path}: the data area is damaged ({what}); restore the file from a "
@@ -532,6 +559,8 @@ class MappedStore(ClosingStore):
             if self._mv[W_DIRTY] or dead_adders:
                 self._recover()
             if dead_adders:
+                taken = self._mv[W_ADDING] & IN_FLIGHT
+                self._mv[W_STRAGGLERS] = (self._mv[W_STRAGGLERS] + taken) & _M64
                 session(self._mv, 2)
             self._mv[W_DIRTY] = 1
         except BaseException:

@@ -58,6 +58,7 @@ from urlsieve.seen._mapped import (
     U64,
     W_COUNT,
     W_RETIRED,
+    CountAhead,
     MappedStore,
     forks,
     new_file,
@@ -264,6 +265,8 @@ class ExactStore(MappedStore):
         used = int(np.count_nonzero(self._table))
         count = int(self._mv[W_COUNT])
         if used != count:
+            if self._count_ahead(count, used):
+                raise CountAhead(f"{self._path}: {count - used} ahead of the keys")
             raise self._damaged(f"{used:,} slots in use, the header counts {count:,}")
 
     # ----------------------------------------------------------------- growth
