@@ -103,6 +103,20 @@ def exchange(
     return out, seconds
 
 
+#: The 1-minute load average when the benchmark started (before its own work counts).
+LOAD_AT_START = os.getloadavg()[0]
+
+
+def load_note() -> str:
+    """What the machine's load was, measured: whether other work shared the cores."""
+    if LOAD_AT_START < 1.5:
+        return f"the machine to itself (1-minute load {LOAD_AT_START:.1f} at the start)"
+    return (
+        f"a shared machine (1-minute load {LOAD_AT_START:.1f} at the start, other work "
+        "running): absolute figures move between runs, the ratios of one run less"
+    )
+
+
 def machine() -> str:
     """The machine and the build of urlsieve a table ran on (every table names both)."""
     python = f"{platform.python_implementation()} {platform.python_version()}"

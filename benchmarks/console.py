@@ -38,7 +38,7 @@ from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import generated_urls, machine, table, verdict, write_section
+from benchmarks._common import generated_urls, load_note, machine, table, verdict, write_section
 from benchmarks.gateway import WRK, _wrk
 from urlsieve import Filter
 from urlsieve.console.auth import hash_password
@@ -375,8 +375,7 @@ def main() -> None:
             "## The console and the block pages under load (`benchmarks/console.py`, issue 33)",
             f"Command: `python benchmarks/console.py --seconds {args.seconds} "
             f"--requests {args.requests} --repeats {args.repeats} --write`  \n"
-            f"Machine: {machine()}; a shared machine (other sessions were running): figures "
-            "are noisy.",
+            f"Machine: {machine()}; {load_note()}.",
             f"`urlsieve serve` (1 uvicorn worker) with the console and the decision stream on, "
             f"{args.rules:,} generated rules in 5 categories. Under load: `wrk -t2 -c16` on "
             "`GET /v1/check?url=` (the lookup service's benchmark setting; 1,000 URLs, half "

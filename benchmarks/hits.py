@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import machine, table, verdict, write_section
+from benchmarks._common import load_note, machine, table, verdict, write_section
 from benchmarks.filter import patent_rules
 from urlsieve import Filter
 
@@ -130,8 +130,7 @@ def run(repeats: int) -> str:
     hit_runs, miss_runs = times[("`check_many`", "hit")], times[("`check_many`", "miss")]
     by_run = sorted(h / m for h, m in zip(hit_runs, miss_runs, strict=True))
     return (
-        f"Machine: {machine()}; a shared machine (other sessions' test suites ran at the "
-        f"same time: figures move by ±50 % between runs, the ratios of one run less). "
+        f"Machine: {machine()}; {load_note()}. "
         f"Rules: {RULES:,} (patent class ratios), compiled in memory in {build_s:.0f} s. "
         f"Batches of {BATCH:,} URLs, new strings and newly drawn rules every run, hits and "
         f"misses in turns; medians of {repeats} runs.\n\n"

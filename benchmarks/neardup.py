@@ -70,7 +70,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import SHARED_DATA, machine, table, verdict, write_section
+from benchmarks._common import SHARED_DATA, load_note, machine, table, verdict, write_section
 from urlsieve.neardup.aliases import MirrorDetector
 from urlsieve.neardup.index import MemoryIndex, k_for_jaccard
 from urlsieve.neardup.simhash import (
@@ -667,7 +667,7 @@ kept when the Jaccard of the two documents' features (`urlsieve.neardup.simhash`
 the SimHash and the features (`simhash_features`). Recall on each half of the queries
 (alternate ones): nothing was fitted to either half (the rule comes from the model), the
 halves show how much the figure moves with the sample.
-Machine: {machine()}; shared with other sessions (noisy: read the ratios, taken in one run).
+Machine: {machine()}; {load_note()}.
 
 {table(header, rows)}
 

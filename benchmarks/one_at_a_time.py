@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import machine, table, traffic_urls, verdict, write_section
+from benchmarks._common import load_note, machine, table, traffic_urls, verdict, write_section
 from urlsieve import Filter, InvalidURL, canonicalize
 from urlsieve.seen import open_seen
 from urlsieve.url import CRAWLER
@@ -382,9 +382,8 @@ def run(args: argparse.Namespace) -> str:
     return f"""### One URL at a time (issue 34, `benchmarks/one_at_a_time.py`)
 
 Command: `python benchmarks/seen.py --one-at-a-time --write` ({took:.0f} s in this run).
-Machine: {machine()}; shared with other sessions' test suites while this ran (2 cores,
-load often above 8): absolute figures move by 2-3× from run to run, so compare rows of
-one table (same run, interleaved, median of {args.repeats}), not runs. Ratios are taken run
+Machine: {machine()}; {load_note()}. Compare rows of one table (same run, interleaved,
+median of {args.repeats}) rather than runs. Ratios are taken run
 by run (run i of each contender ran back to back) and their median is shown.
 
 **Scrapy duplicate filter**, {CRAWL:,} new requests with a query from the real traffic

@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import benchmarks._common as common
-from benchmarks._common import machine, table, verdict, write_section
+from benchmarks._common import load_note, machine, table, verdict, write_section
 from benchmarks.filter import SQUIDGUARD, black_categories, generated_tree
 from urlsieve.policy.build import build_rules
 from urlsieve.policy.engine import PolicyEngine, Who
@@ -378,8 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                 ],
             )
             + f"\n\nGoal ≤ 0.5 µs a request over the plain lookup (issue 34): "
-            f"{verdict(cost <= 0.5)}. This run shared the machine with other sessions' "
-            "test suites: the µs figures move between runs, the differences of one run less."
+            f"{verdict(cost <= 0.5)}. This run: {load_note()}."
             "\n\n"
             "Reproduce: `python benchmarks/policy.py --repeats 3 --write`"
         )
