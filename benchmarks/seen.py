@@ -45,6 +45,7 @@ import xxhash
 
 from benchmarks import _common
 from benchmarks._common import (
+    load_note,
     machine,
     median_seconds,
     table,
@@ -601,7 +602,7 @@ the measured false-positive rate), from {source}, repeated with a `_r=N` query p
 round, all distinct after canonicalisation. Bloom filters sized for {len(adds):,} URLs at
 error {ERROR}.
 
-Machine: {machine()}, shared with other work while this ran: compare rows, not runs.
+Machine: {machine()}; {load_note()}.
 Adds are timed once, lookups are the median of 3. Canonicalising a raw URL costs
 {canon_time * 1e9:,.0f} ns on this data (not included in table 1).
 
