@@ -18,7 +18,6 @@ import random
 import signal
 import struct
 import time
-import zlib
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from urlsieve.seen._mapped import (
     W_DIRTY,
     W_SEQ,
     W_STRAGGLERS,
+    sealed,
     session_py,
 )
 from urlsieve.seen.bloom import BloomStore
@@ -343,7 +343,7 @@ def _set_version(path: Path, version: int) -> None:
         head = bytearray(fh.read(252))
         struct.pack_into("<I", head, 16, version)
         fh.seek(0)
-        fh.write(bytes(head) + struct.pack("<I", zlib.crc32(head)))
+        fh.write(sealed(head))
 
 
 def _version(path: Path) -> int:

@@ -209,8 +209,17 @@ def pack_static(kind: bytes, version: int, profile: Profile, params: bytes) -> b
     if len(ident) > 64:
         raise StoreError(f"profile ident {profile.ident!r} is longer than 64 bytes")
     head = _STATIC.pack(MAGIC, kind, version, HEADER_SIZE, ident) + params.ljust(PARAMS_SIZE, b"\0")
-    head = head.ljust(CRC_OFFSET, b"\0")
-    return head + struct.pack("<I", zlib.crc32(head))
+    return sealed(head.ljust(CRC_OFFSET, b"\0"))
+
+
+def sealed(head: bytes | bytearray) -> bytes:
+    """The static header's first ``CRC_OFFSET`` bytes followed by their checksum."""
+    return bytes(head) + struct.pack("<I", zlib.crc32(head))
+
+
+def seal_holds(head: bytes) -> bool:
+    """Whether a static header (``CRC_OFFSET + 4`` bytes) matches its checksum."""
+    return bool(struct.unpack_from("<I", head, CRC_OFFSET)[0] == zlib.crc32(head[:CRC_OFFSET]))
 
 
 def reserve(fd: int, offset: int, length: int, path: str, doing: str) -> None:
@@ -370,7 +379,7 @@ class MappedStore(ClosingStore):
         self._mm = mm = mmap.mmap(self._fd, size, access=access)
         head = bytes(mm[: CRC_OFFSET + 4])
         for _ in range(5):  # a version upgrade rewrites the header under the lock: read again
-            if struct.unpack_from("<I", head, CRC_OFFSET)[0] == zlib.crc32(head[:CRC_OFFSET]):
+            if seal_holds(head):
                 break
             time.sleep(0.001)
             head = bytes(mm[: CRC_OFFSET + 4])
@@ -401,8 +410,7 @@ class MappedStore(ClosingStore):
             raise StoreCorrupt(
                 f"{path}: holds a {other!r} store, not {name!r}: open it as '{other}:'"
             )
-        (crc,) = struct.unpack_from("<I", head, CRC_OFFSET)
-        if crc != zlib.crc32(head[:CRC_OFFSET]):
+        if not seal_holds(head):
             raise StoreCorrupt(
                 f"{path}: header checksum mismatch (the file is damaged); restore it from a "
                 "backup or delete it to start afresh"
@@ -425,7 +433,7 @@ class MappedStore(ClosingStore):
             head = bytearray(mm[:CRC_OFFSET])
             if _STATIC.unpack_from(head)[2] != self.VERSION:  # (or another process did)
                 struct.pack_into("<I", head, VERSION_OFFSET, self.VERSION)
-                mm[: CRC_OFFSET + 4] = bytes(head) + struct.pack("<I", zlib.crc32(head))
+                mm[: CRC_OFFSET + 4] = sealed(head)
             self._file_version = self.VERSION
 
     def _create(self) -> None:

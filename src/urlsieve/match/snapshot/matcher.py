@@ -75,8 +75,7 @@ __all__ = ["RuleCache", "SnapshotMatcher", "open_snapshot", "read_snapshot_info"
 # The compiled batch lookup (absent without the extension, or in an older build of it).
 _match = getattr(speedups, "snapshot_match", None)
 # check_many in one call, with verdicts holding rule ids, not rules (reference: its
-# Python body). (snapshot_check, verdicts with the rules of the RuleCache, is no longer
-# called by check_many.)
+# Python body).
 _verdicts = getattr(speedups, "snapshot_verdicts", None)
 # One URL's verdict in one call, its categories fixed (SnapshotMatcher.checker; reference:
 # SnapshotMatcher._verdict_py).
@@ -93,9 +92,9 @@ class RuleCache:
     """Rules built from the image, kept per process: an open-addressed table of rule ids
     (``table[0]``: int64, -1 for an empty slot; linear probing from the id's
     multiplicative hash) beside the list of their rules (``table[1]``), 2**bits slots.
-    The compiled ``check_many`` reads it as it is (``snapshot_check``, whose probe is the
-    same as :meth:`slot`'s), with no int object or dict lookup per URL. At most ``limit``
-    rules (fewer than the slots): it is emptied when full.
+    (The layout was made for a compiled reader, since removed: the verdicts now hold rule
+    ids and :meth:`SnapshotMatcher.rule` fills this cache.) At most ``limit`` rules (fewer
+    than the slots): it is emptied when full.
 
     Threads: ``table`` is one attribute, replaced whole when the cache is emptied, so a
     reader takes ids and rules of one table; writers take a lock, and write a slot's rule
