@@ -227,6 +227,24 @@ count_slashes(const unsigned char *path, Py_ssize_t pl)
     return slashes;
 }
 
+/* Rule `id`, the one rule of host[0:host_len], if it matches one of the level's
+   expressions (the most specific it matches: -1 for none). What probing the expression
+   table would find: a rule is stored under every expression `candidate` takes for it
+   (rules.model.storage_keys), or under a shorter one the URL also has, with the same
+   rank. */
+static int64_t
+lone_rule(const image *im, uint64_t id, const unsigned char *host, size_t host_len,
+          const unsigned char *path, Py_ssize_t pl, Py_ssize_t ql, Py_ssize_t slashes, int level)
+{
+    expr_walk w;
+    walk_start(&w, path, pl, ql, slashes);
+    do {
+        if (candidate(im, id, host, host_len + walk_len(&w), w.exact_path, level) >= 0)
+            return (int64_t)id;
+    } while (walk_next(&w));
+    return -1;
+}
+
 /* The rule deciding s[0:n], -1 for none, -2 off the fast path. buf: scratch of n + 1
    bytes (a "/" is added when there is no path). */
 int64_t
@@ -243,7 +261,11 @@ sp_match_one(const image *im, const unsigned char *s, Py_ssize_t n, const spans 
             const unsigned char *host = buf + start;
             size_t host_len = (size_t)(hl - start);
             uint32_t depths = probe(im->hosts, im->host_slots, h64(host, host_len));
-            if (depths) {
+            if (depths & LONE_HOST) {
+                int64_t id = lone_rule(im, depths ^ LONE_HOST, host, host_len, path, pl, ql,
+                                       slashes, level);
+                if (id >= 0) return id;
+            } else if (depths) {
                 int64_t best_rank = -1, best_id = -1;
                 expr_walk w;
                 walk_start(&w, path, pl, ql, slashes);
@@ -283,7 +305,8 @@ lookup_form(const unsigned char *s, Py_ssize_t n, unsigned char *rewritten,
 /* ---- Warming: the memory a URL's lookup will read, asked for a few URLs ahead --------
  * At 1M rules each lookup that finds its host waits on a chain of cache misses: the
  * expression slot, the postings (of an expression two rules or more share), the rule
- * record, the rule's strings. snapshot_match walks
+ * record, the rule's strings; for a host with one rule (format 6), the record and the
+ * strings straight after the host slot. snapshot_match walks
  * that chain for the URLs ahead of the one it matches, one link per URL step, with
  * prefetches only: what sp_match_one then reads is in the cache. The walk decides nothing
  * (sp_match_one alone does, unchanged), so it may stop short anywhere; every read is
@@ -292,6 +315,8 @@ lookup_form(const unsigned char *s, Py_ssize_t n, unsigned char *rewritten,
 /* A rewritten URL up to this long is kept in its ring slot (rewritten when its host slots
    are asked for, then matched as kept); a longer one is rewritten again when matched. */
 #define WARM_TEXT 1024
+/* The one-rule hosts of a URL whose rules are warmed (a URL has a few host levels). */
+#define WARM_LONE 4
 
 enum { WARM_NONE, WARM_AS_IS, WARM_REWRITTEN, WARM_REFUSED };
 
@@ -303,6 +328,8 @@ typedef struct {
     spans sp;
     int n; /* what v holds: expression keys, then table values, then rule ids */
     uint64_t v[WARM_MAX];
+    int n_lone; /* the rules of one-rule hosts found (their records asked for already) */
+    uint32_t lone[WARM_LONE];
     Py_ssize_t len;
     unsigned char text[WARM_TEXT];
 } warm_url;
@@ -316,6 +343,7 @@ warm_hosts(const image *im, const unsigned char *s, Py_ssize_t n, warm_url *u,
     const unsigned char *text;
     Py_ssize_t len;
     u->n = 0;
+    u->n_lone = 0;
     if (!lookup_form(s, n, rewritten, &text, &len, &u->sp)) {
         u->state = WARM_REFUSED;
         return;
@@ -341,11 +369,13 @@ warm_hosts(const image *im, const unsigned char *s, Py_ssize_t n, warm_url *u,
     } while (parent_level(host, hl, u->sp.is_ip, &start, &labels));
 }
 
-/* Step 1: the expression slots of every stored host level's expressions. */
+/* Step 1: the expression slots of every stored host level's expressions; for a host
+   with one rule, that rule's record. */
 static void
 warm_exprs(const image *im, PyObject *url, warm_url *u, unsigned char *buf)
 {
     u->n = 0;
+    u->n_lone = 0;
     const unsigned char *s;
     Py_ssize_t n;
     if (u->state == WARM_REWRITTEN) {
@@ -367,6 +397,14 @@ warm_exprs(const image *im, PyObject *url, warm_url *u, unsigned char *buf)
         const unsigned char *host = buf + start;
         size_t host_len = (size_t)(hl - start);
         uint32_t depths = probe(im->hosts, im->host_slots, h64(host, host_len));
+        if (depths & LONE_HOST) {
+            uint32_t id = depths ^ LONE_HOST;
+            if (id < im->n_rules && u->n_lone < WARM_LONE) {
+                PREFETCH_READ(im->rules + RECORD * (uint64_t)id);
+                u->lone[u->n_lone++] = id;
+            }
+            continue;
+        }
         if (!depths) continue;
         expr_walk w;
         walk_start(&w, path, pl, ql, slashes);
@@ -380,7 +418,23 @@ warm_exprs(const image *im, PyObject *url, warm_url *u, unsigned char *buf)
     } while (parent_level(buf, hl, u->sp.is_ip, &start, &labels));
 }
 
-/* Step 2: the postings of the expressions found (a lone rule's id is in its slot). */
+/* A rule's strings, or for a rule with an extra, the extra (its strings are read cold). */
+static inline void
+warm_rule_strings(const image *im, uint64_t id)
+{
+    const record rec = record_itself(im, id);
+    if (rec.flags & F_EXTRA) {
+        if (rec.off < im->n_extras) PREFETCH_READ(im->extras + EXTRA * (uint64_t)rec.off);
+    } else if (rec.off < im->strings_len) {
+        /* host and path: both ends (they cross a cache line about every third rule) */
+        uint64_t end = (uint64_t)rec.off + rec.n_host + rec.n_path;
+        PREFETCH_READ(im->strings + rec.off);
+        if (end > rec.off && end <= im->strings_len) PREFETCH_READ(im->strings + end - 1);
+    }
+}
+
+/* Step 2: the postings of the expressions found (a lone rule's id is in its slot); the
+   strings of a one-rule host's rule (its record was asked for in step 1). */
 static void
 warm_postings(const image *im, warm_url *u)
 {
@@ -413,22 +467,17 @@ warm_records(const image *im, warm_url *u)
             u->v[kept++] = id;
         }
     }
+    /* (the one-rule hosts' rules are warm: the ids of v are those posted) */
+    for (int j = 0; j < u->n_lone; j++) warm_rule_strings(im, u->lone[j]);
+    u->n_lone = 0;
     u->n = kept;
 }
 
-/* Step 4: the rules' strings, or for a rule with an extra, the extra (its strings are
-   read cold). */
+/* Step 4: the strings of the rules posted (a one-rule host's were asked for in step 2). */
 static void
 warm_strings(const image *im, const warm_url *u)
 {
-    for (int j = 0; j < u->n; j++) {
-        const record rec = record_itself(im, u->v[j]);
-        if (rec.flags & F_EXTRA) {
-            if (rec.off < im->n_extras) PREFETCH_READ(im->extras + EXTRA * (uint64_t)rec.off);
-        } else if (rec.off < im->strings_len) {
-            PREFETCH_READ(im->strings + rec.off);
-        }
-    }
+    for (int j = 0; j < u->n; j++) warm_rule_strings(im, u->v[j]);
 }
 
 /* Fill *im from an image buffer and its layout tuple (SnapshotMatcher._layout): 0 with an
@@ -524,6 +573,7 @@ sp_match_batch(image *im, PyObject *refs, const mask_rows *rows, unsigned char *
     for (int j = 0; j < WARM_RING; j++) {
         ring[j].state = WARM_NONE;
         ring[j].n = 0;
+        ring[j].n_lone = 0;
     }
     Py_ssize_t left = 0; /* URLs off the fast path (-2) */
     for (Py_ssize_t k = -HOSTS_AHEAD; k < n_urls; k++) {
@@ -581,6 +631,7 @@ sp_match_batch(image *im, PyObject *refs, const mask_rows *rows, unsigned char *
             PyObject *later = PyList_GET_ITEM(refs, next);
             u->state = WARM_NONE;
             u->n = 0;
+            u->n_lone = 0;
             if (PyUnicode_Check(later) && PyUnicode_IS_ASCII(later))
                 warm_hosts(im, PyUnicode_1BYTE_DATA(later), PyUnicode_GET_LENGTH(later), u,
                            rewritten);

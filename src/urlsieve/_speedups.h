@@ -129,8 +129,11 @@ slot_home(uint64_t key, uint64_t slots)
 #define SLOT 12
 
 enum { F_ALLOW = 1, F_EXACT_HOST = 2, F_ANCHORED = 4, F_IP = 8, F_EXTRA = 64 };
-#define QUERY_BIT (UINT64_C(1) << 31)
-#define DEEP_BIT 30 /* path depths from 30 on share one bit */
+/* a host slot's value with this bit set is the id of the host's one rule; else its
+   path-depth mask, with these bits */
+#define LONE_HOST (UINT32_C(1) << 31)
+#define QUERY_BIT (UINT64_C(1) << 30)
+#define DEEP_BIT 29 /* path depths from 29 on share one bit */
 /* an expression slot's value with this bit set is the one rule id stored under it */
 #define ONE_RULE (UINT32_C(1) << 31)
 /* rule records and extras (snapshot/format.py's _RECORD, _EXTRA_RECORD) */

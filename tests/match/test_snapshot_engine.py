@@ -20,7 +20,7 @@ from urlsieve import Filter, InvalidURL, parse_url
 from urlsieve._accel import speedups
 from urlsieve.match import HashMatcher, Verdict
 from urlsieve.match.snapshot import SnapshotBuilder, SnapshotMatcher
-from urlsieve.match.snapshot.format import _ONE_RULE
+from urlsieve.match.snapshot.format import _LONE_HOST, _ONE_RULE, _SLOT
 from urlsieve.rules.model import ALLOW, BLOCK, Rule, RuleSyntaxError, parse_rule
 
 
@@ -666,6 +666,93 @@ def test_a_lone_rule_is_kept_in_its_slot_and_a_shared_expression_is_posted() -> 
             CATEGORIES.index(chosen),
             4 if chosen == "c0" else -1,
         ]
+
+
+@pytest.mark.usefixtures("compiled")
+def test_a_host_with_one_rule_keeps_its_id_in_its_host_slot() -> None:
+    """Format 6: the host slot of a host with one rule (under one expression or two) holds
+    that rule's id, read without probing an expression; a host with more keeps its depth
+    mask. Both give the reference's verdicts, at every depth, level and rule shape."""
+    patterns = [
+        "lone.example",  # one expression
+        "path.example/a/b",  # one rule under two expressions ("/a/b" and "/a/b/")
+        "two.example/a",
+        "two.example/c/d",
+        "=exact.example",
+        "anchor.example/x/y|",
+        "query.example/p?q=1",
+        "sub.parent.example/z/",
+        "parent.example",
+        "10.1.2.3/adm",
+    ]
+    rules = rules_from(patterns, 4)
+    matcher = SnapshotMatcher.from_rules(rules)
+    lone = {
+        "lone.example": 0,
+        "path.example": 1,
+        "exact.example": 4,
+        "anchor.example": 5,
+        "query.example": 6,
+        "sub.parent.example": 7,
+        "parent.example": 8,
+        "10.1.2.3": 9,
+    }
+    for host, rule_id in lone.items():
+        assert matcher._probe(matcher._hosts, matcher._host_slots, host) == _LONE_HOST | rule_id
+    two = matcher._probe(matcher._hosts, matcher._host_slots, "two.example")
+    assert two and not two & _LONE_HOST
+    paths = [
+        "",
+        "/",
+        "/a",
+        "/a/",
+        "/a/b",
+        "/a/b/",
+        "/a/b/c",
+        "/a/bc",
+        "/A/B/x",
+        "/c/d/e",
+        "/x/y",
+        "/x/y/",
+        "/x/y?z",
+        "/p?q=1",
+        "/p?q=2",
+        "/z",
+        "/z/",
+        "/z/1",
+        "/adm/1",
+    ]
+    urls = [
+        f"http://{prefix}{host}{path}"
+        for host in [*lone, "two.example", "other.example"]
+        for prefix in ("", "www.", "a.b.")
+        for path in paths
+    ]
+    assert assert_batch_equals_reference(matcher, urls) > 0.9 * 5 * len(urls)  # most compiled
+    hits = {u for u, i in zip(urls, matcher.match_ids(urls, None), strict=True) if i >= 0}
+    assert "http://path.example/a/b/c" in hits and "http://path.example/a/bc" not in hits
+    assert "http://www.exact.example/" not in hits and "http://exact.example/a" in hits
+    assert "http://anchor.example/x/y" in hits and "http://anchor.example/x/y/" not in hits
+    assert "http://a.b.lone.example/a/b/c" in hits
+
+
+@pytest.mark.usefixtures("compiled")
+def test_a_lone_rule_id_outside_the_image_finds_nothing() -> None:
+    """A damaged host slot naming a rule the image does not have: no rule, from the
+    compiled lookup (no read outside the image) and from the reference alike."""
+    matcher = SnapshotMatcher.from_rules(rules_from(["lone.example"], 1))
+    image = bytearray(matcher.image)
+    slot = matcher._view.obj  # the image the layout describes
+    assert slot is not None
+    hosts_at = matcher._layout[0]
+    for k in range(matcher._host_slots):
+        at = hosts_at + k * _SLOT.itemsize
+        if int.from_bytes(image[at : at + 8], "little"):
+            image[at + 8 : at + 12] = (_LONE_HOST | 12345).to_bytes(4, "little")
+    damaged = SnapshotMatcher.from_image(image)
+    urls = ["http://lone.example/", "http://lone.example/a/b"]
+    assert list(damaged.match_ids(urls, None)) == [-1, -1]
+    assert [damaged._best(parse_url(u), None) for u in urls] == [-1, -1]
 
 
 def test_the_tables_and_records_take_under_67_bytes_a_rule() -> None:

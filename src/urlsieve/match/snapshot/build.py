@@ -37,6 +37,7 @@ from urlsieve.match.snapshot.format import (
     _F_PATTERN_HOST_PATH,
     _HEADER,
     _HEADER_SIZE,
+    _LONE_HOST,
     _MAX_RULES,
     _MAX_SOURCES,
     _MAX_STRINGS,
@@ -421,6 +422,12 @@ class SnapshotBuilder:
         self._expr_hash, self._expr_rule = array("Q"), array("I")
         live = keep[expr_rule]
         expr_hash, expr_rule = expr_hash[live], new_id[expr_rule[live]].astype(np.uint32)
+        # (the host entries run beside the expression entries: one per expression)
+        host_values = _host_values(
+            column(self._host_hash, "u8")[live], column(self._host_bits, "u8")[live], expr_rule
+        )
+        self._host_hash, self._host_bits = array("Q"), array("Q")
+        del live
         order = np.argsort(expr_hash, kind="stable")
         expr_hash, postings = expr_hash[order], expr_rule[order]
         del order, expr_rule
@@ -428,21 +435,8 @@ class SnapshotBuilder:
         del expr_hash
         expr_values, postings = _postings(postings, first, counts)
         del first, counts
-
-        host_hash = column(self._host_hash, "u8")
-        host_bits = column(self._host_bits, "u8")
-        self._host_hash, self._host_bits = array("Q"), array("Q")
-        order = np.argsort(host_hash)  # any order within a host: its masks are ORed
-        host_hash, host_bits = host_hash[order], host_bits[order]
-        del order
-        host_keys, host_first, _ = _runs(host_hash)
-        del host_hash
-        masks = (
-            np.bitwise_or.reduceat(host_bits, host_first)
-            if host_first.size
-            else np.zeros(0, np.uint64)
-        )
-        del host_bits, host_first
+        host_keys, masks = host_values
+        del host_values
 
         flags = column(self._flags, "u2")[keep]
         allow = flags & _F_ALLOW
@@ -490,7 +484,7 @@ class SnapshotBuilder:
         # The rule text first: its copy in the builder goes before the tables are laid out.
         image[offsets[5] : offsets[5] + sizes[5]] = self._strings
         self._strings = bytearray()
-        _table(host_keys, masks.astype(np.uint32), section(0, _SLOT))
+        _table(host_keys, masks, section(0, _SLOT))
         del host_keys, masks
         _table(keys, expr_values, section(1, _SLOT))
         del keys, expr_values
@@ -536,6 +530,25 @@ class SnapshotBuilder:
         header += struct.pack("<Q", _hash(header))
         image[: len(header)] = header
         return image
+
+
+def _host_values(
+    hashes: np.ndarray, bits: np.ndarray, ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The host table's keys and values, from one entry per stored expression (its host's
+    hash, its depth bit, its rule's id): a host whose entries all name one rule keeps
+    that id with the top bit set (a lookup reads the rule, no expression slot); any other
+    its path-depth mask, the OR of its entries' bits."""
+    order = np.argsort(hashes, kind="stable")
+    hashes, bits, ids = hashes[order], bits[order], ids[order]
+    del order
+    host_keys, first, _ = _runs(hashes)
+    if not first.size:
+        return host_keys, np.zeros(0, np.uint32)
+    masks = np.bitwise_or.reduceat(bits, first).astype(np.uint32)
+    lone = np.minimum.reduceat(ids, first) == np.maximum.reduceat(ids, first)
+    masks[lone] = ids[first[lone]] | np.uint32(_LONE_HOST)
+    return host_keys, masks
 
 
 def _postings(

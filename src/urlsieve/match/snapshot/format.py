@@ -10,8 +10,10 @@ Layout (little-endian, sections 64-byte aligned)::
 
     header    192 bytes: magic, format version, sizes and offsets, body checksum,
               creation time, rule count, host-depth mask, header checksum
-    hosts     open-addressing table of 12-byte slots, (xxh3-64(host) u64, path-depth
-              mask u32): the pre-check; a host with no rule costs one probe
+    hosts     open-addressing table of 12-byte slots, (xxh3-64(host) u64, u32): with the
+              top bit set, the one rule id of a host with one rule (the lookup reads
+              that rule, no expression probed); else the host's path-depth mask. The
+              pre-check: a host with no rule costs one probe
     exprs     open-addressing table of 12-byte slots, (xxh3-64(host + path[?query])
               u64, postings u32): with the top bit set, the one rule id stored under
               the expression; else where its group starts in the postings array
@@ -56,7 +58,9 @@ MAGIC = b"URLSNAP\x00"
 # 4: tables of any size (60 % full; a key's home slot is its top 32 bits scaled)
 # 5: 12-byte slots, one rule's id kept in its expression's slot, 16-byte rule records
 #    (with extras for the rules whose lengths do not fit): 134 -> 95 bytes a rule
-FORMAT_VERSION = 5
+# 6: a host with one rule keeps its id in its host slot (a hit on it reads no expression
+#    slot); the query and deep bits of a path-depth mask move down one
+FORMAT_VERSION = 6
 
 # magic, version, header size, file size, body checksum, created, rules,
 # host slots, expr slots, postings count, extras count, offsets: hosts, exprs,
@@ -114,8 +118,9 @@ _F_PATTERN_HOST = 16  # the pattern as written is the host: not stored
 _F_PATTERN_HOST_PATH = 32  # ... the host and path
 _F_EXTRA = 64  # the record's offset is an index into the extras
 
-_QUERY_BIT = 1 << 31
-_DEEP_BIT = 30  # depths >= 30 share one bit
+_LONE_HOST = 1 << 31  # a host slot's value with this bit: its one rule's id
+_QUERY_BIT = 1 << 30
+_DEEP_BIT = 29  # depths >= 29 share one bit
 
 _hash = xxhash.xxh3_64_intdigest
 

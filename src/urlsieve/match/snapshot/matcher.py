@@ -55,6 +55,7 @@ from urlsieve.match.snapshot.format import (
     _F_PATTERN_HOST,
     _F_PATTERN_HOST_PATH,
     _HEADER_SIZE,
+    _LONE_HOST,
     _ONE_RULE,
     _QUERY_BIT,
     _RULE,
@@ -63,6 +64,7 @@ from urlsieve.match.snapshot.format import (
     CompiledImage,
     Image,
     SnapshotInfo,
+    _depth,
     _home,
     _hs,
     read_image,
@@ -504,6 +506,8 @@ class SnapshotMatcher:
                 continue  # no rule has a host with this many labels (the URL's own is shown)
             host = full_host[start:]
             depths = self._probe(self._hosts, self._host_slots, host)
+            if depths & _LONE_HOST:
+                depths = self._lone_depths(depths ^ _LONE_HOST)
             if not depths:
                 if probes is not None:
                     probes.append(f"{host} (no rules for this host)")
@@ -534,6 +538,28 @@ class SnapshotMatcher:
             if best is not None:
                 return best[1]
         return -1
+
+    def _lone_depths(self, rule_id: int) -> int:
+        """The path-depth mask of a host whose one rule is ``rule_id`` (the bits of that
+        rule's expressions, :func:`~urlsieve.rules.model.storage_keys`), 0 for an id or
+        extra not in the image. The compiled lookup reads such a host's rule straight
+        away; this reference probes the expressions, as for any host."""
+        if not 0 <= rule_id < self._header.rules:
+            return 0
+        try:
+            off, n_pat, n_host, n_path, n_query, _src, _line, _category, flags = self._record(
+                rule_id
+            )
+        except SnapshotError:
+            return 0
+        if n_query >= 0:
+            return _QUERY_BIT
+        start = self._strings_off + off + n_pat + n_host
+        path = bytes(self._mm[start : start + n_path])
+        depths = 1 << _depth(path.decode("latin-1"))
+        if not flags & _F_ANCHORED and not path.endswith(b"/"):
+            depths |= 1 << _depth(path.decode("latin-1") + "/")
+        return depths
 
     def _candidate(  # noqa: PLR0917 (the C loop's arguments, in its order)
         self,
