@@ -35,6 +35,7 @@ COMPILED_PATHS: dict[str, str] = {
     "exact_add_locked": "exact: one add / lookup",
     "bloom_add_locked": "bloom: one add / lookup",
     "store_session": "exact/bloom: locked sections beside lock-free adds",
+    "SeenSingle": "memory/exact/bloom: one add / in in one call",
     "table_place": "snapshot tables (compile)",
     "compile_lines": "list reading (compile)",
     "snapshot_match": "rule lookup (match_many)",

@@ -39,15 +39,11 @@ key_part_cmp(const void *a, const void *b)
     return (x->n > y->n) - (x->n < y->n);
 }
 
-/* The query steps beyond the default, as url_key's `query` argument gives them:
-   (drop names: tuple of bytes, drop prefixes: tuple of bytes, sort, drop_empty), or None. */
-typedef struct {
-    PyObject *exact, *prefixes;
-    int drop, sort, drop_empty;
-} key_plan;
-
-static int
-key_plan_of(PyObject *arg, key_plan *kp)
+/* The query steps beyond the default (key_plan, _speedups.h), as url_key's `query`
+   argument gives them: (drop names: tuple of bytes, drop prefixes: tuple of bytes, sort,
+   drop_empty), or None. 1 a plan, 0 None, -1 with an error. */
+int
+sp_key_plan_of(PyObject *arg, key_plan *kp)
 {
     memset(kp, 0, sizeof(*kp));
     if (arg == Py_None) return 0;
@@ -159,11 +155,55 @@ key_query(const unsigned char *c, Py_ssize_t n, const key_plan *kp, unsigned cha
     return o;
 }
 
+/* One URL's fingerprint on the compiled path (url_key's, below, and the stores' single
+   add / in, _sp_stores.c's SeenSingle): the xxh3-64 (bits 64: o[0]) or xxh3-128 (bits 128:
+   o[0] high, o[1] low) of the canonical form of the str url. planned: sp_key_plan_of's
+   answer for kp. 1 with o filled, 0 for the Python path, -1 with an error. */
+int
+sp_url_key(PyObject *url, int allow_query, int keep_port, const key_plan *kp, int planned,
+           int bits, uint64_t o[2])
+{
+    one_url u;
+    int found = sp_one_url_scan(url, planned ? 1 : allow_query, keep_port ? REWRITE_KEEP_PORT : 0,
+                                &u);
+    if (found <= 0) {
+        sp_scratch_give(u.buf);
+        return found;
+    }
+    unsigned char canon[KEY_STACK], query[KEY_STACK];
+    const unsigned char *text = u.text;
+    Py_ssize_t len = u.len;
+    if (!u.sp.has_scheme || !u.sp.has_path) {
+        if (len + 8 > KEY_STACK) goto python;
+        len = write_canonical(canon, text, len, &u.sp);
+        text = canon;
+    }
+    if (planned && u.sp.query_start >= 0) {
+        if (len > KEY_STACK) goto python;
+        len = key_query(text, len, kp, query);
+        if (len < 0) goto python;
+        text = query;
+    }
+    if (bits == 64) {
+        o[0] = XXH3_64bits(text, (size_t)len);
+    } else {
+        us_xxh128 h = XXH3_128bits(text, (size_t)len);
+        o[0] = h.high64;
+        o[1] = h.low64;
+    }
+    sp_scratch_give(u.buf);
+    return 1;
+python:
+    sp_scratch_give(u.buf);
+    return 0;
+}
+
 /* url_key(allow_query, keep_port, bits, query, url): the xxh3-64 (bits 64: an int) or
    xxh3-128 (bits 128: (high, low)) of the canonical form of one URL on the compiled path,
    else None. query: None (allow_query says whether a query stays on the compiled path)
-   or the plan of the crawler profile's query steps (key_plan_of). The URL comes last, so
-   that functools.partial binds the rest (a store's key function, with no Python frame). */
+   or the plan of the crawler profile's query steps (sp_key_plan_of). The URL comes last,
+   so that functools.partial binds the rest (a store's key function, with no Python
+   frame). */
 static PyObject *
 url_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -190,45 +230,18 @@ url_key(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     key_plan kp;
-    int planned = key_plan_of(args[3], &kp);
+    int planned = sp_key_plan_of(args[3], &kp);
     if (planned < 0) return NULL;
-    one_url u;
-    int found = sp_one_url_scan(args[4], planned ? 1 : allow_query,
-                                keep_port ? REWRITE_KEEP_PORT : 0, &u);
-    if (found <= 0) {
-        sp_scratch_give(u.buf);
-        return found < 0 ? NULL : Py_NewRef(Py_None);
-    }
-    unsigned char canon[KEY_STACK], query[KEY_STACK];
-    const unsigned char *text = u.text;
-    Py_ssize_t len = u.len;
-    if (!u.sp.has_scheme || !u.sp.has_path) {
-        if (len + 8 > KEY_STACK) goto python;
-        len = write_canonical(canon, text, len, &u.sp);
-        text = canon;
-    }
-    if (planned && u.sp.query_start >= 0) {
-        if (len > KEY_STACK) goto python;
-        len = key_query(text, len, &kp, query);
-        if (len < 0) goto python;
-        text = query;
-    }
-    PyObject *out;
-    if (bits == 64) {
-        out = PyLong_FromUnsignedLongLong(XXH3_64bits(text, (size_t)len));
-    } else {
-        us_xxh128 h = XXH3_128bits(text, (size_t)len);
-        PyObject *high = PyLong_FromUnsignedLongLong(h.high64);
-        PyObject *low = PyLong_FromUnsignedLongLong(h.low64);
-        out = high == NULL || low == NULL ? NULL : PyTuple_Pack(2, high, low);
-        Py_XDECREF(high);
-        Py_XDECREF(low);
-    }
-    sp_scratch_give(u.buf);
+    uint64_t h[2];
+    int found = sp_url_key(args[4], allow_query, keep_port, &kp, planned, (int)bits, h);
+    if (found <= 0) return found < 0 ? NULL : Py_NewRef(Py_None);
+    if (bits == 64) return PyLong_FromUnsignedLongLong(h[0]);
+    PyObject *high = PyLong_FromUnsignedLongLong(h[0]);
+    PyObject *low = PyLong_FromUnsignedLongLong(h[1]);
+    PyObject *out = high == NULL || low == NULL ? NULL : PyTuple_Pack(2, high, low);
+    Py_XDECREF(high);
+    Py_XDECREF(low);
     return out;
-python:
-    sp_scratch_give(u.buf);
-    Py_RETURN_NONE;
 }
 
 /* A uint64 argument (a fingerprint), or -1 with an exception. */

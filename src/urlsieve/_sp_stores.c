@@ -6,7 +6,7 @@
  * Here: bloom_test, bloom_insert, exact_lookup, exact_insert, exact_add_locked and
  * bloom_add_locked (one add: lock-free, or under the file lock), store_session (the
  * locked sections' header steps beside lock-free adds; tests/seen/test_lockfree.py),
- * bloom_urls.
+ * SeenSingle (the stores' add(url) and `in` in one call; ref. seen/_single.py), bloom_urls.
  */
 #include "_speedups.h"
 
@@ -587,6 +587,23 @@ exact_add_shared(uint64_t *w, uint64_t key, uint64_t buckets, uint64_t limit)
     return r;
 }
 
+/* The lock-free exact lookup: 1 held, 0 not, -2 the file was replaced (retired). */
+static long
+exact_held(uint64_t *w, uint64_t key, uint64_t buckets)
+{
+    Py_ssize_t slot;
+    if (__atomic_load_n(&w[W_RETIRED], SEQ) != 0) return -2;
+    return exact_find_shared(w + HEADER_WORDS, buckets, key, &slot);
+}
+
+/* Whether a table of `buckets` buckets fits in a file of `len` bytes after its header. */
+static int
+exact_fits(uint64_t buckets, Py_ssize_t len)
+{
+    /* (not HEADER_WORDS / 8 + buckets < ...: a huge buckets wraps that sum past the check) */
+    return buckets != 0 && buckets <= (uint64_t)len / 64 - HEADER_WORDS / 8;
+}
+
 /* exact_add_locked(words, fd, key, buckets, limit) -> int: 1 the table held key, 0 it was
    added (slot, then count), 2 it was added without the lock while a locked section ran
    (redo it locked), -2 the Python session decides (nothing changed). fd: see above. */
@@ -612,8 +629,7 @@ exact_add_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer view;
     int fd;
     if (locked_args("exact_add_locked", args[0], args[1], &view, &fd) < 0) return NULL;
-    /* (not HEADER_WORDS / 8 + buckets < ...: a huge buckets wraps that sum past the check) */
-    if (buckets > (uint64_t)view.len / 64 - HEADER_WORDS / 8) {
+    if (!exact_fits(buckets, view.len)) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "exact_add_locked: the file is shorter than its table");
         return NULL;
@@ -622,9 +638,7 @@ exact_add_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     uint64_t *w = view.buf, *table = w + HEADER_WORDS;
     Py_ssize_t slot;
     if (fd == -1) { /* a lookup: no lock, nothing written */
-        if (__atomic_load_n(&w[W_RETIRED], SEQ) == 0) {
-            r = exact_find_shared(table, buckets, key, &slot);
-        }
+        r = exact_held(w, key, buckets);
     } else if (fd == -2) {
         r = exact_add_shared(w, key, buckets, limit);
     } else if (locked_flock(fd, LOCK_EX) == 0) {
@@ -679,6 +693,49 @@ bloom_held(uint64_t *w, const int64_t *L, Py_ssize_t nl, uint64_t h1, uint64_t h
     return 0;
 }
 
+/* Whether the layer rows `lay` (int64: offset in words, blocks, t, capacity, count word)
+   are at least one, and each inside a file of `len` bytes. */
+static int
+bloom_layers_fit(const Py_buffer *lay, Py_ssize_t len)
+{
+    const int64_t *L = lay->buf;
+    const Py_ssize_t nl = lay->len / 40, words = len / 8;
+    if (nl < 1 || lay->len % 40 || ((uintptr_t)lay->buf & 7) != 0) return 0;
+    for (Py_ssize_t i = 0; i < nl; i++) {
+        const int64_t *row = L + 5 * i;
+        if (row[0] < HEADER_WORDS || row[0] % 8 || row[1] < 1 || (row[2] != 1 && row[2] != 2)
+            || row[1] > (words - row[0]) / 8 || row[4] < W_NLAYERS || row[4] >= HEADER_WORDS) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The lock-free Bloom lookup: 1 a layer holds (h1, h2), 0 none, -2 the layers changed. */
+static long
+bloom_lookup(uint64_t *w, const int64_t *L, Py_ssize_t nl, uint64_t h1, uint64_t h2)
+{
+    if (__atomic_load_n(&w[W_NLAYERS], SEQ) != (uint64_t)nl) return -2;
+    return bloom_held(w, L, nl, h1, h2);
+}
+
+/* The lock-free Bloom add: 1 held, 0 added, 2 added (redo it locked), -2 nothing done. */
+static long
+bloom_add_free(uint64_t *w, const int64_t *L, Py_ssize_t nl, uint64_t h1, uint64_t h2)
+{
+    long r = -2;
+    uint64_t epoch = adding_enter(w), s0 = __atomic_load_n(&w[W_SEQ], SEQ);
+    if (adding_open(w, s0, (uint64_t)nl)) {
+        if (bloom_held(w, L, nl, h1, h2)) {
+            r = 1;
+        } else if (bloom_add_shared(w, L + 5 * (nl - 1), h1, h2) == 0) {
+            r = adding_done(w, s0);
+        }
+    }
+    adding_leave(w, epoch);
+    return r;
+}
+
 /* bloom_add_locked(words, fd, layers, h1, h2) -> int: layers is an int64 array of one row
    (offset in words, blocks, t, capacity, count word) a layer of the store; 1 a layer held
    (h1, h2), 0 it was added to the last one (count, then bits), 2 it was added without the
@@ -707,30 +764,15 @@ bloom_add_locked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *out = NULL;
     const int64_t *L = lay.buf;
-    const Py_ssize_t nl = lay.len / 40, words = view.len / 8;
-    if (nl < 1 || lay.len % 40 || ((uintptr_t)lay.buf & 7) != 0) goto bad;
-    for (Py_ssize_t i = 0; i < nl; i++) {
-        const int64_t *row = L + 5 * i;
-        if (row[0] < HEADER_WORDS || row[0] % 8 || row[1] < 1 || (row[2] != 1 && row[2] != 2)
-            || row[1] > (words - row[0]) / 8 || row[4] < W_NLAYERS || row[4] >= HEADER_WORDS) {
-            goto bad;
-        }
-    }
+    const Py_ssize_t nl = lay.len / 40;
+    if (!bloom_layers_fit(&lay, view.len)) goto bad;
     long r = -2;
     uint64_t *w = view.buf;
     const int64_t *last = L + 5 * (nl - 1);
     if (fd == -1) { /* a lookup: no lock, nothing written */
-        if (__atomic_load_n(&w[W_NLAYERS], SEQ) == (uint64_t)nl) r = bloom_held(w, L, nl, h1, h2);
+        r = bloom_lookup(w, L, nl, h1, h2);
     } else if (fd == -2) {
-        uint64_t epoch = adding_enter(w), s0 = __atomic_load_n(&w[W_SEQ], SEQ);
-        if (adding_open(w, s0, (uint64_t)nl)) {
-            if (bloom_held(w, L, nl, h1, h2)) {
-                r = 1;
-            } else if (bloom_add_shared(w, last, h1, h2) == 0) {
-                r = adding_done(w, s0);
-            }
-        }
-        adding_leave(w, epoch);
+        r = bloom_add_free(w, L, nl, h1, h2);
     } else if (locked_flock(fd, LOCK_EX) == 0) {
         if (locked_begin(w, (uint64_t)nl)) {
             if (bloom_held(w, L, nl, h1, h2)) {
@@ -810,6 +852,338 @@ store_session(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyBuffer_Release(&view);
     return PyLong_FromLong(r);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * SeenSingle (issue 34): the base type of the memory:, exact: and bloom: stores, whose
+ * add(url) and `url in store` are one C call with no Python frame: the compiled key
+ * (sp_url_key, url_key's) and the probe (a set's; exact: exact_held / exact_add_shared,
+ * bloom: bloom_lookup / bloom_add_free, the functions exact_add_locked and
+ * bloom_add_locked call with fd -1 and -2, so the lock-free protocol above is the same).
+ * The store binds what the probe needs (_seen_bind) when it opens or maps its file, and
+ * unbinds it when it unmaps or closes. Everything else goes to the store's Python
+ * methods, the reference (seen/_single.py: SeenSinglePy calls them for every URL):
+ *   not an exact str, nothing bound (closed, unmapped, a profile off the compiled path),
+ *   or the URL off the compiled path: _add_slow(url) / _contains_slow(url);
+ *   the probe leaves it to the Python session (-2: a dirty, retired or locked file, the
+ *   layers changed, the last layer or the table full), or the store is not lock-free
+ *   (?locked=1, read-only), or the process forked since the bind (a child reopens the
+ *   file): add_fingerprint(key) / contains_fingerprint(key), key an int (exact) or
+ *   (h1, h2) (bloom), as the Python add and in have always called them;
+ *   added while a locked section ran (2): exact _add_locked(key, True), bloom
+ *   _redo(last layer, h1, h2), then True.
+ * The GIL is held throughout (a thread cannot remap the file meanwhile); the buffers held
+ * keep the mapping alive (an mmap with exports refuses to close).
+ */
+#include <pthread.h>
+
+/* Bumped in a forked child (pthread_atfork): a bind made before the fork is not used for
+   adds there (seen/_mapped.py's forks, which the Python add checks). */
+static unsigned long forks_seen;
+
+static void
+after_fork_child(void)
+{
+    forks_seen++;
+}
+
+enum { SEEN_NONE = 0, SEEN_MEMORY = 1, SEEN_EXACT = 2, SEEN_BLOOM = 3 };
+
+typedef struct {
+    PyObject_HEAD
+    int kind;    /* SEEN_*: what is bound */
+    int addable; /* lock-free adds (exact, bloom): not ?locked=1, not read-only */
+    int allow_query, keep_port, planned;
+    key_plan kp;    /* borrows from plan */
+    PyObject *plan; /* the profile's query plan (None or sp_key_plan_of's tuple) */
+    PyObject *set;  /* memory: the set of fingerprints */
+    Py_buffer words, layers; /* exact, bloom: the file as words; bloom: its layer rows */
+    int has_words, has_layers;
+    uint64_t buckets, limit; /* exact */
+    unsigned long forks;     /* forks_seen at the bind */
+} seen_single;
+
+static PyObject *name_add_slow, *name_contains_slow, *name_add_fp, *name_contains_fp;
+
+static void
+seen_unbind(seen_single *s)
+{
+    s->kind = SEEN_NONE;
+    if (s->has_words) {
+        s->has_words = 0;
+        PyBuffer_Release(&s->words);
+    }
+    if (s->has_layers) {
+        s->has_layers = 0;
+        PyBuffer_Release(&s->layers);
+    }
+    Py_CLEAR(s->set);
+    Py_CLEAR(s->plan);
+}
+
+static int
+seen_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    seen_single *s = (seen_single *)self;
+    /* (a heap subclass's traverse visits its type: this static one is not visited) */
+    Py_VISIT(s->set);
+    Py_VISIT(s->plan);
+    if (s->has_words) Py_VISIT(s->words.obj);
+    if (s->has_layers) Py_VISIT(s->layers.obj);
+    return 0;
+}
+
+static int
+seen_clear(PyObject *self)
+{
+    seen_unbind((seen_single *)self);
+    return 0;
+}
+
+static void
+seen_dealloc(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    seen_unbind((seen_single *)self);
+    type->tp_free(self);
+}
+
+/* _seen_bind(None): unbind. _seen_bind(key, kind, ...): key = (allow_query, keep_port,
+   query plan) of the store's profile; kind 1 (memory) with the set; 2 (exact) with the
+   file (a buffer of whole words), its buckets and load limit, and whether adds are
+   lock-free; 3 (bloom) with the file, its layer rows (int64, bloom_add_locked's) and
+   whether adds are lock-free. */
+static PyObject *
+seen_bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    seen_single *s = (seen_single *)self;
+    seen_unbind(s);
+    if (nargs == 1 && args[0] == Py_None) Py_RETURN_NONE;
+    long kind = nargs >= 2 ? PyLong_AsLong(args[1]) : 0;
+    if (kind == -1 && PyErr_Occurred()) return NULL;
+    const Py_ssize_t want = kind == SEEN_MEMORY ? 3 : kind == SEEN_EXACT ? 6 : 5;
+    PyObject *key = nargs >= 2 ? args[0] : NULL;
+    if (nargs != want || kind < SEEN_MEMORY || kind > SEEN_BLOOM || !PyTuple_Check(key)
+        || PyTuple_GET_SIZE(key) != 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_seen_bind(None) or _seen_bind((allow_query, keep_port, query), kind, "
+                        "...): 1, set; 2, words, buckets, limit, addable; 3, words, layers, "
+                        "addable");
+        return NULL;
+    }
+    int allow_query = PyObject_IsTrue(PyTuple_GET_ITEM(key, 0));
+    int keep_port = PyObject_IsTrue(PyTuple_GET_ITEM(key, 1));
+    if (allow_query < 0 || keep_port < 0) return NULL;
+    key_plan kp;
+    int planned = sp_key_plan_of(PyTuple_GET_ITEM(key, 2), &kp);
+    if (planned < 0) return NULL;
+    int addable = 0;
+    if (kind == SEEN_MEMORY) {
+        if (!PySet_CheckExact(args[2])) {
+            PyErr_SetString(PyExc_TypeError, "_seen_bind: a memory store binds a set");
+            return NULL;
+        }
+        s->set = Py_NewRef(args[2]);
+    } else {
+        if ((addable = PyObject_IsTrue(args[nargs - 1])) < 0) return NULL;
+        Py_buffer *v = &s->words;
+        if (PyObject_GetBuffer(args[2], v, PyBUF_C_CONTIGUOUS | (addable ? PyBUF_WRITABLE : 0))
+            < 0) {
+            return NULL;
+        }
+        s->has_words = 1;
+        if (v->len < HEADER_WORDS * 8 || v->len % 64 || ((uintptr_t)v->buf & 7) != 0) {
+            PyErr_SetString(PyExc_ValueError, "_seen_bind: words is the whole store file");
+            goto fail;
+        }
+        if (kind == SEEN_EXACT) {
+            if (sp_key_arg("_seen_bind", args[3], &s->buckets) < 0
+                || sp_key_arg("_seen_bind", args[4], &s->limit) < 0) {
+                goto fail;
+            }
+            if (!exact_fits(s->buckets, v->len)) {
+                PyErr_SetString(PyExc_ValueError,
+                                "_seen_bind: the table is empty or past the end of the file");
+                goto fail;
+            }
+        } else {
+            if (PyObject_GetBuffer(args[3], &s->layers, PyBUF_C_CONTIGUOUS) < 0) goto fail;
+            s->has_layers = 1;
+            if (!bloom_layers_fit(&s->layers, v->len)) {
+                PyErr_SetString(PyExc_ValueError,
+                                "_seen_bind: layers is (offset, blocks, t, capacity, count "
+                                "word) rows of int64 inside the file");
+                goto fail;
+            }
+        }
+    }
+    s->plan = Py_NewRef(PyTuple_GET_ITEM(key, 2));
+    s->kp = kp;
+    s->planned = planned;
+    s->allow_query = allow_query;
+    s->keep_port = keep_port;
+    s->addable = addable;
+    s->forks = forks_seen;
+    s->kind = (int)kind;
+    Py_RETURN_NONE;
+fail:
+    seen_unbind(s);
+    return NULL;
+}
+
+/* The key the Python fallbacks take: the int (64), or (h1, h2) (128). */
+static PyObject *
+seen_key_object(int kind, const uint64_t h[2])
+{
+    if (kind != SEEN_BLOOM) return PyLong_FromUnsignedLongLong(h[0]);
+    return Py_BuildValue("(KK)", (unsigned long long)h[0], (unsigned long long)h[1]);
+}
+
+/* self.name(arg), arg a new reference or NULL (then NULL). */
+static PyObject *
+seen_call(PyObject *self, PyObject *name, PyObject *arg)
+{
+    if (arg == NULL) return NULL;
+    PyObject *out = PyObject_CallMethodOneArg(self, name, arg);
+    Py_DECREF(arg);
+    return out;
+}
+
+/* The key of url: 1 (h filled), 0 (the Python path), -1 (an error). */
+static int
+seen_key(const seen_single *s, PyObject *url, uint64_t h[2])
+{
+    if (s->kind == SEEN_NONE || !PyUnicode_CheckExact(url)) return 0;
+    return sp_url_key(url, s->allow_query, s->keep_port, &s->kp, s->planned,
+                      s->kind == SEEN_BLOOM ? 128 : 64, h);
+}
+
+static PyObject *
+seen_add(PyObject *self, PyObject *url)
+{
+    seen_single *s = (seen_single *)self;
+    uint64_t h[2];
+    int found = seen_key(s, url, h);
+    if (found <= 0) return found < 0 ? NULL : PyObject_CallMethodOneArg(self, name_add_slow, url);
+    const int kind = s->kind;
+    if (kind == SEEN_MEMORY) {
+        PyObject *fp = PyLong_FromUnsignedLongLong(h[0]);
+        if (fp == NULL) return NULL;
+        int held = PySet_Contains(s->set, fp);
+        if (held == 0 && PySet_Add(s->set, fp) < 0) held = -1;
+        Py_DECREF(fp);
+        return held < 0 ? NULL : PyBool_FromLong(!held);
+    }
+    if (s->addable && s->forks == forks_seen) {
+        uint64_t *w = s->words.buf;
+        long r;
+        if (kind == SEEN_EXACT) {
+            r = exact_add_shared(w, h[0] ? h[0] : 1, s->buckets, s->limit);
+        } else {
+            r = bloom_add_free(w, s->layers.buf, s->layers.len / 40, h[0], h[1]);
+        }
+        if (r == 2) { /* added while a locked section ran: redone under the lock */
+            PyObject *done;
+            if (kind == SEEN_EXACT) {
+                done = PyObject_CallMethod(self, "_add_locked", "KO",
+                                           (unsigned long long)(h[0] ? h[0] : 1), Py_True);
+            } else {
+                done = PyObject_CallMethod(self, "_redo", "nKK", s->layers.len / 40 - 1,
+                                           (unsigned long long)h[0], (unsigned long long)h[1]);
+            }
+            if (done == NULL) return NULL;
+            Py_DECREF(done);
+        }
+        if (r >= 0) return PyBool_FromLong(r != 1);
+    }
+    return seen_call(self, name_add_fp, seen_key_object(kind, h));
+}
+
+static int
+seen_contains(PyObject *self, PyObject *url)
+{
+    seen_single *s = (seen_single *)self;
+    uint64_t h[2];
+    PyObject *out;
+    int found = seen_key(s, url, h);
+    if (found < 0) return -1;
+    if (found == 0) {
+        out = PyObject_CallMethodOneArg(self, name_contains_slow, url);
+    } else if (s->kind == SEEN_MEMORY) {
+        PyObject *fp = PyLong_FromUnsignedLongLong(h[0]);
+        if (fp == NULL) return -1;
+        int held = PySet_Contains(s->set, fp);
+        Py_DECREF(fp);
+        return held;
+    } else {
+        uint64_t *w = s->words.buf;
+        long r;
+        if (s->kind == SEEN_EXACT) {
+            if (!h[0]) h[0] = 1;
+            r = exact_held(w, h[0], s->buckets);
+        } else {
+            r = bloom_lookup(w, s->layers.buf, s->layers.len / 40, h[0], h[1]);
+        }
+        if (r >= 0) return (int)r;
+        out = seen_call(self, name_contains_fp, seen_key_object(s->kind, h));
+    }
+    if (out == NULL) return -1;
+    int held = PyObject_IsTrue(out);
+    Py_DECREF(out);
+    return held;
+}
+
+static PyMethodDef seen_methods[] = {
+    {"add", (PyCFunction)seen_add, METH_O,
+     "add(url) -> bool\n\nAdd the URL; True when it was not seen before (one C call on the\n"
+     "compiled path, else the store's _add_slow)."},
+    {"_seen_bind", (PyCFunction)(void (*)(void))seen_bind, METH_FASTCALL,
+     "_seen_bind(None) | _seen_bind(key, kind, ...) -> None\n\n"
+     "What add and in probe without a Python frame (see _sp_stores.c), or nothing."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods seen_as_sequence = {
+    .sq_contains = seen_contains,
+};
+
+static PyTypeObject seen_single_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "urlsieve._speedups.SeenSingle",
+    .tp_basicsize = sizeof(seen_single),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = seen_dealloc,
+    .tp_traverse = seen_traverse,
+    .tp_clear = seen_clear,
+    .tp_methods = seen_methods,
+    .tp_as_sequence = &seen_as_sequence,
+    .tp_doc = "The base of the memory:, exact: and bloom: stores: add(url) and `url in "
+              "store` in one C call (seen/_single.py has the reference).",
+};
+
+/* Readies SeenSingle and adds it to the module (its init): -1 with an error set. */
+int
+sp_stores_init(PyObject *module)
+{
+    static int once;
+    if (!once) {
+        if (pthread_atfork(NULL, NULL, after_fork_child) != 0) {
+            PyErr_SetString(PyExc_OSError, "urlsieve._speedups: pthread_atfork failed");
+            return -1;
+        }
+        once = 1;
+    }
+    PyObject **names[] = {&name_add_slow, &name_contains_slow, &name_add_fp, &name_contains_fp};
+    const char *texts[] = {"_add_slow", "_contains_slow", "add_fingerprint",
+                           "contains_fingerprint"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (*names[i] == NULL && (*names[i] = PyUnicode_InternFromString(texts[i])) == NULL) {
+            return -1;
+        }
+    }
+    if (PyType_Ready(&seen_single_type) < 0) return -1;
+    return PyModule_AddObjectRef(module, "SeenSingle", (PyObject *)&seen_single_type);
 }
 
 /* ---------------------------------------------------------------------------------------

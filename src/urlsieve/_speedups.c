@@ -10,7 +10,8 @@
  * _speedups.h, everything else is static in its unit.
  *
  *   _speedups.c     this table, the scratch block and growing buffer every unit shares,
- *                   module init (the method table is the units' tables, in this order)
+ *                   module init (the method table is the units' tables, in this order;
+ *                   a unit's types are added by its init)
  *   _sp_scan.c      the canonical scan: fast_canonical, scan_mode
  *                   ref. url/parse.py _FAST, fast_canonical_py
  *   _sp_rewrite.c   the near-canonical rewrite, one URL through the compiled path:
@@ -20,9 +21,10 @@
  *                   ref. fingerprint.py and url/profile.py's query steps; the xxhash package
  *                   (XXH3 itself is _xxh3.h, written from the published specification)
  *   _sp_stores.c    the seen stores: bloom_test, bloom_insert, exact_lookup, exact_insert,
- *                   exact_add_locked, bloom_add_locked, store_session, bloom_urls
+ *                   exact_add_locked, bloom_add_locked, store_session, bloom_urls; the
+ *                   type SeenSingle (a store's add(url) and `in` in one call)
  *                   ref. seen/bloom.py and seen/exact.py (numpy), their Python sessions
- *                   (seen/_mapped.py session_py for store_session)
+ *                   (seen/_mapped.py session_py for store_session), seen/_single.py
  *   _sp_lookup.c    rule lookup in the compiled rule format: snapshot_match
  *                   ref. match/snapshot/matcher.py SnapshotMatcher._best
  *   _sp_verdicts.c  objects made from lookups: snapshot_verdicts, snapshot_checker,
@@ -140,5 +142,7 @@ PyInit__speedups(void)
     if (sp_rewrite_init() < 0) return NULL;
     if (sp_verdicts_init() < 0) return NULL;
     if (methods_fill() < 0) return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && sp_stores_init(m) < 0) Py_CLEAR(m);
+    return m;
 }

@@ -283,6 +283,16 @@ int sp_one_url_args(const char *name, const char *usage, PyObject *const *args, 
 int sp_rewrite_init(void);
 
 /* _sp_hash.c */
+/* A profile's query steps beyond the default (url/profile.py's query_plan): the names
+   and prefixes of the parameters dropped (tuples of bytes, borrowed from the plan), and
+   whether to drop them, sort the parameters, drop an emptied query's "?". */
+typedef struct {
+    PyObject *exact, *prefixes;
+    int drop, sort, drop_empty;
+} key_plan;
+int sp_key_plan_of(PyObject *arg, key_plan *kp);
+int sp_url_key(PyObject *url, int allow_query, int keep_port, const key_plan *kp, int planned,
+               int bits, uint64_t o[2]);
 int sp_key_arg(const char *name, PyObject *arg, uint64_t *v);
 void sp_url_runs_close(url_runs *r);
 int sp_url_runs_open(url_runs *r, const char *name, PyObject *urls, PyObject *allow_query,
@@ -290,6 +300,9 @@ int sp_url_runs_open(url_runs *r, const char *name, PyObject *urls, PyObject *al
 Py_ssize_t sp_url_runs_copy(url_runs *r, Py_ssize_t run);
 int sp_url_runs_hash(url_runs *r, Py_ssize_t k, int bits, uint64_t *o);
 PyObject *sp_url_runs_rest(const url_runs *r);
+
+/* _sp_stores.c */
+int sp_stores_init(PyObject *module);
 
 /* _sp_verdicts.c */
 int sp_verdicts_init(void);

@@ -1,6 +1,12 @@
 """One URL at a time (issue 34): the compiled single-URL path equals the pure-Python
 reference and the batch path.
 
+The stores' ``add(url)`` and ``url in store`` are one C call (``SeenSingle``, the base of
+``memory:``, ``exact:`` and ``bloom:``): held equal to their reference (``_add_slow``,
+``_contains_slow``, what the pure-Python build calls) on arbitrary input, and followed
+down every way off the fast path (closed, another handle's growth, a fork, a locked
+section overlapping an add, a profile off the compiled path, a bad bind).
+
 ``url_key`` (one URL's fingerprint, with the crawler's query steps) against
 ``xxhash`` over :func:`canonicalize`; the stores' compiled ``add``/``in``
 (``exact_add_locked``, ``bloom_add_locked``: the file lock, the header checks and the
@@ -11,7 +17,14 @@ repairs it).
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +32,7 @@ import xxhash
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from urlsieve.exceptions import InvalidURL
+from urlsieve.exceptions import InvalidURL, StoreClosed
 from urlsieve.fingerprint import (
     fingerprint64,
     fingerprint128,
@@ -28,11 +41,12 @@ from urlsieve.fingerprint import (
     key_function,
 )
 from urlsieve.seen import bloom, exact
-from urlsieve.seen._mapped import W_COUNT, W_DIRTY
+from urlsieve.seen._mapped import W_COUNT, W_DIRTY, forks
 from urlsieve.seen.bloom import BloomStore
 from urlsieve.seen.exact import ExactStore
 from urlsieve.seen.memory import MemoryStore
 from urlsieve.url import CRAWLER, FILTER, Profile, canonicalize, crawler_profile
+from urlsieve.url.profile import DEFAULT_HOST_STEPS
 
 speedups = pytest.importorskip("urlsieve._speedups", reason="built without a C compiler")
 
@@ -198,21 +212,28 @@ def _reference_or_raise(url: str, profile: Profile) -> int:
     return xxhash.xxh3_64_intdigest(canonicalize(url, profile).encode("ascii"))
 
 
-def _one_by_one(store: ExactStore | BloomStore | MemoryStore, urls: list[str]) -> list[object]:
+def _one_by_one(
+    store: ExactStore | BloomStore | MemoryStore, urls: list[str], reference: bool = False
+) -> list[object]:
+    """``store.add`` of each URL (``reference``: the Python method the compiled one is held
+    equal to, as the pure-Python build calls it)."""
+    add = store._add_slow if reference else store.add
     out: list[object] = []
     for url in urls:
         try:
-            out.append(store.add(url))
+            out.append(add(url))
         except InvalidURL:
             out.append(InvalidURL)
     return out
 
 
-def _held(store: ExactStore | BloomStore | MemoryStore, urls: list[str]) -> list[object]:
+def _held(
+    store: ExactStore | BloomStore | MemoryStore, urls: list[str], reference: bool = False
+) -> list[object]:
     out: list[object] = []
     for url in urls:
         try:
-            out.append(url in store)
+            out.append(store._contains_slow(url) if reference else url in store)
         except InvalidURL:
             out.append(InvalidURL)
     return out
@@ -248,8 +269,8 @@ def test_single_adds_match_the_reference_and_the_batch(
                 store._fp = store._fingerprint  # type: ignore[union-attr]
             else:
                 store._fp = lambda url: _reference_or_raise(url, profile)  # type: ignore[union-attr]
-            reference = _one_by_one(store, urls)
-            held_p = _held(store, urls)
+            reference = _one_by_one(store, urls, reference=True)
+            held_p = _held(store, urls, reference=True)
             count_p = len(store)
     with _store(kind, tmp_path / "b", profile) as store:
         batch = store.add_many(valid[:700]) + store.add_many(valid[700:])
@@ -348,3 +369,283 @@ def test_bloom_contains_fingerprint_is_the_batch(tmp_path: Path) -> None:
         assert got == want
         assert all(got[:1500])
         assert sum(got[1500:]) < 200  # mostly misses (a few false positives)
+
+
+# ------------------------------------------- SeenSingle: a store's add and in in one C call
+
+#: A profile off the compiled path (its host steps are not the default ones; the same
+#: canonical form): its stores bind nothing, and every call is the Python method.
+OFF_PATH = Profile("offpath", 1, host_steps=(*DEFAULT_HOST_STEPS, lambda host: host))
+
+
+class _StrSub(str):
+    """A str subclass: never on the compiled path (the Python method decides)."""
+
+
+_ANY = st.one_of(
+    _URLS,
+    _URLS.map(_StrSub),
+    st.sampled_from(["http://a.example/x", "HTTP://A.example:80/x", "a.example/x?b=1&a=2"]),
+    st.integers(-5, 2**70),
+    st.none(),
+    st.binary(max_size=20),
+)
+
+
+def _outcome(call: Callable[[object], object], arg: object) -> object:
+    try:
+        return call(arg)
+    except Exception as exc:  # the same error type from both
+        return type(exc)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    ops=st.lists(st.tuples(st.booleans(), _ANY), max_size=40),
+    kind=st.sampled_from(["exact", "bloom", "memory"]),
+    which=st.sampled_from([0, 1, 2]),
+)
+@example(
+    ops=[(True, "http://a.example/x"), (False, "a.example/x"), (True, 5)],
+    kind="exact",
+    which=0,
+)
+def test_the_compiled_add_and_in_are_their_reference(
+    ops: list[tuple[bool, object]], kind: str, which: int
+) -> None:
+    """Arbitrary input (URLs, str subclasses, not str at all) through the compiled ``add``
+    and ``in`` of one store and through the Python methods of another: the same answers,
+    the same errors, the same contents."""
+    profile = [FILTER, CRAWLER, OFF_PATH][which]
+    assert MemoryStore.add is speedups.SeenSingle.add  # the classes' base is the compiled one
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "c").mkdir()
+        (Path(tmp) / "r").mkdir()
+        with (
+            _store(kind, Path(tmp) / "c", profile) as fast,
+            _store(kind, Path(tmp) / "r", profile) as ref,
+        ):
+            for adding, url in ops:
+                if adding:
+                    assert _outcome(fast.add, url) == _outcome(ref._add_slow, url), url  # type: ignore[arg-type]
+                else:
+                    got = _outcome(lambda u: u in fast, url)
+                    assert got == _outcome(ref._contains_slow, url), url
+            assert len(fast) == len(ref)
+            for _, url in ops:
+                assert _outcome(lambda u: u in fast, url) == _outcome(ref._contains_slow, url)
+
+
+@pytest.mark.parametrize("kind", ["exact", "bloom", "memory"])
+def test_a_closed_store_refuses_add_and_in_as_before(tmp_path: Path, kind: str) -> None:
+    store = _store(kind, tmp_path, FILTER)
+    assert store.add("http://a.example/x")
+    store.close()
+    for call in (lambda: store.add("http://a.example/x"), lambda: "http://a.example/x" in store):
+        with pytest.raises(StoreClosed):
+            call()
+    # what the Python methods do on a closed store, the compiled calls do too
+    for url in ("http://a.example/y", "javascript:x", 5, _StrSub("http://a.example/x")):
+        assert _outcome(store.add, url) == _outcome(store._add_slow, url)  # type: ignore[arg-type]
+        assert _outcome(lambda u: u in store, url) == _outcome(store._contains_slow, url)
+
+
+def test_a_layer_another_handle_added_is_followed(tmp_path: Path) -> None:
+    """Another handle grows the Bloom filter by layers: the compiled calls of the first see
+    the layer count change, the Python session maps the new layers, and it binds them."""
+    path = str(tmp_path / "s.bloom")
+    with BloomStore(path, capacity=100, error=1e-7) as a, BloomStore(path) as b:
+        assert a.add("http://x.example/0")
+        urls = [f"http://y.example/{i}" for i in range(1000)]
+        b.add_many(urls)
+        assert len(b._layers) > len(a._layers)
+        assert all(u in a for u in urls)  # the first after the growth remaps a
+        assert len(a._layers) == len(b._layers)
+        assert a.add("http://x.example/1")
+        assert "http://x.example/1" in b and not b.add("http://x.example/1")
+        assert len(a) == len(b) == 1002
+
+
+def _added_in_child(store: ExactStore | BloomStore, url: str) -> int:
+    pid = os.fork()
+    if pid == 0:  # the child: its first add reopens the file (never the parent's lock)
+        code = 1
+        try:
+            before = store._generation
+            if (
+                store.add(url)
+                and url in store
+                and not store.add(url)
+                and store._generation == forks[0] != before
+            ):
+                code = 0
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@pytest.mark.parametrize("kind", ["exact", "bloom"])
+def test_a_forked_child_adds_through_its_own_file(tmp_path: Path, kind: str) -> None:
+    with _store(kind, tmp_path, FILTER) as store:
+        assert store.add("http://p.example/0")
+        assert _added_in_child(store, "http://c.example/1") == 0
+        assert "http://c.example/1" in store and not store.add("http://c.example/1")
+        assert store.add("http://p.example/2") and len(store) == 3
+
+
+def _spin(path: str, ready: object, stop: object) -> None:
+    store = ExactStore(path) if path.endswith(".exact") else BloomStore(path)
+    with store:
+        ready.set()  # type: ignore[attr-defined]
+        while not stop.is_set():  # type: ignore[attr-defined]
+            with store._writing:
+                pass
+
+
+@pytest.mark.parametrize("kind", ["exact", "bloom"])
+def test_adds_that_overlap_locked_sections_are_redone(tmp_path: Path, kind: str) -> None:
+    """Another process keeps entering and leaving locked sections while this one adds URLs
+    one at a time: the compiled adds that saw a section start are redone under the lock
+    (or left to the session), and every URL is found and counted once."""
+    ctx = multiprocessing.get_context("fork")
+    path = str(tmp_path / f"o.{kind}")
+    store = (
+        ExactStore(path, capacity=100_000)
+        if kind == "exact"
+        else BloomStore(path, capacity=100_000, error=1e-6)
+    )
+    with store:
+        taken: list[str] = []
+        ways = ("_add_locked" if kind == "exact" else "_redo", "add_fingerprint")
+        for name in ways:  # count the ways off the compiled path
+            method = getattr(store, name)
+
+            def counted(*args: object, _m: Callable[..., object] = method, _n: str = name) -> Any:
+                taken.append(_n)
+                return _m(*args)
+
+            setattr(store, name, counted)
+        ready, stop = ctx.Event(), ctx.Event()
+        spinner = ctx.Process(target=_spin, args=(path, ready, stop))
+        spinner.start()
+        try:
+            assert ready.wait(60)
+            urls = [f"http://h{i % 97}.example/p/{i}?q={i}" for i in range(40_000)]
+            news = [store.add(u) for u in urls]
+        finally:
+            stop.set()
+            spinner.join()
+        assert taken, "no add overlapped a section"
+        assert all(news), [u for u, n in zip(urls, news, strict=True) if not n][:3]
+        assert all(u in store for u in urls)
+        assert len(store) == len(urls)
+        if kind == "exact":
+            assert len(store) == int(np.count_nonzero(store._table))
+        store.verify()
+
+
+def test_a_failed_bind_leaves_the_store_on_its_python_methods(tmp_path: Path) -> None:
+    with ExactStore(str(tmp_path / "b.exact")) as store:
+        assert store.add("http://a.example/1")
+        key = (True, False, None)
+        bad: list[tuple[object, ...]] = [
+            (key,),
+            (key, 9, None),
+            ((True, False), 2, store._mm, 1, 1, True),
+            (key, 1, frozenset()),
+            (key, 2, np.zeros(10, np.uint64), 1, 1, False),  # no header
+            (key, 2, store._mm, 0, 1, True),  # no table
+            (key, 2, store._mm, 10**9, 1, True),  # past the file
+            (key, 2, b"\0" * 8192, 1, 1, True),  # read-only words for adds
+            (key, 3, store._mm, np.zeros((1, 5), np.int64), True),
+            (key, 3, store._mm, np.array([[512, 10**9, 1, 1, 40]]), True),
+            ((True, False, (True, (1,), (), True, True)), 2, store._mm, 1, 1, True),
+        ]
+        for args in bad:
+            with pytest.raises((TypeError, ValueError, BufferError)):
+                store._seen_bind(*args)
+            # unbound: the Python methods answer
+            assert "http://a.example/1" in store and not store.add("http://a.example/1")
+        assert store.add("http://a.example/2") and len(store) == 2
+
+
+class _Probe(speedups.SeenSingle):  # type: ignore[misc,name-defined]
+    """The compiled base alone, its Python methods markers."""
+
+    def _add_slow(self, url: object) -> str:
+        return "slow"
+
+    def _contains_slow(self, url: object) -> bool:
+        return False
+
+    def add_fingerprint(self, key: object) -> str:
+        return "session"
+
+    def contains_fingerprint(self, key: object) -> bool:
+        return False
+
+    def _add_locked(self, key: object, recount: bool) -> None:
+        pass
+
+    def _redo(self, index: int, h1: int, h2: int) -> None:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.binary(min_size=0, max_size=9000),
+    url=st.sampled_from(["http://a.example/x", "b.example/y?z=1", "http://c.example/"]),
+)
+def test_the_compiled_calls_on_arbitrary_bytes(data: bytes, url: str) -> None:
+    """Whatever the words hold, the bound probe reads and writes inside them only
+    (sanitizer run); a store file's header words decide between the answers."""
+    size = (len(data) // 64) * 64
+    words = np.frombuffer(data[:size], dtype=np.uint64).copy() if size else np.zeros(0, np.uint64)
+    blocks = max(1, size // 64 - 64)
+    layers = np.array([[512, blocks, 1, 1 << 40, 40], [512, blocks, 2, 1 << 40, 41]])
+    probe = _Probe()
+    assert url not in probe and probe.add(url) == "slow"  # nothing bound
+    for kind, target in ((2, (words, blocks, 1 << 40)), (3, (words, layers))):
+        for addable in (False, True):
+            try:
+                probe._seen_bind((True, False, None), kind, *target, addable)
+            except ValueError:
+                continue
+            assert (url in probe) in (True, False)
+            assert probe.add(url) in (True, False, "session")
+            probe._seen_bind(None)
+
+
+def test_the_pure_python_build_has_the_same_stores() -> None:
+    """Without the extension the stores' base is the reference (their Python methods)."""
+    script = """
+import tempfile
+from urlsieve.exceptions import StoreClosed
+from urlsieve.seen import open_seen
+from urlsieve.seen._single import SeenSinglePy
+d = tempfile.mkdtemp()
+for spec in ("memory:", f"exact:{d}/s.exact", f"bloom:{d}/s.bloom"):
+    s = open_seen(spec)
+    assert SeenSinglePy in type(s).__mro__, type(s).__mro__
+    assert s.add("http://a.example/x") and not s.add("HTTP://A.EXAMPLE/x")
+    assert "a.example/x" in s and "http://b.example/" not in s and 5 not in s
+    s.close()
+    try:
+        s.add("http://a.example/x")
+    except StoreClosed:
+        pass
+    else:
+        raise AssertionError(spec)
+print("ok")
+"""
+    env = {**os.environ, "URLSIEVE_PURE_PYTHON": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

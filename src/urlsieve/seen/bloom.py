@@ -76,6 +76,7 @@ from urlsieve.seen._mapped import (
     reserve,
     session,
 )
+from urlsieve.seen._single import KIND_BLOOM, SeenBase, bind_key
 from urlsieve.seen.base import StoreStats
 from urlsieve.url import FILTER, Profile, canonicalize
 
@@ -248,8 +249,12 @@ def _pack_layer(offset: int, blocks: int, t: int, capacity: int, error: float) -
     return (body + struct.pack("<I", zlib.crc32(body))).ljust(_LAYER_SIZE, b"\0")
 
 
-class BloomStore(MappedStore):
-    """Approximate (no false negatives), persistent, shared by processes, growing."""
+class BloomStore(SeenBase, MappedStore):
+    """Approximate (no false negatives), persistent, shared by processes, growing.
+
+    ``add`` and ``in`` are one compiled call (the key and the lock-free add or lookup, see
+    :mod:`urlsieve.seen._single`); ``_add_slow`` and ``_contains_slow`` are their reference
+    and take what the compiled call leaves."""
 
     KIND = b"bloom\0\0\0"
     NAME = "bloom"
@@ -349,8 +354,12 @@ class BloomStore(MappedStore):
         )
         if _bloom_add_locked is not None:
             self._probe = (self._mv, self._plan.data)
+            key = bind_key(self._profile)
+            if key is not None:
+                self._seen_bind(key, KIND_BLOOM, self._mm, self._plan, self._lockfree)
 
     def _drop_views(self) -> None:
+        self._seen_bind(None)
         self._layers = []
         self._plan = None
         self._probe = None
@@ -412,7 +421,7 @@ class BloomStore(MappedStore):
         h = key(url) if key is not None and type(url) is str else None
         return self._fp(url) if h is None else h
 
-    def add(self, url: str) -> bool:
+    def _add_slow(self, url: str) -> bool:
         key = self._key  # (inline: a frame is a fifth of this call)
         h = key(url) if key is not None and type(url) is str else None
         h1, h2 = self._fp(url) if h is None else h
@@ -470,7 +479,7 @@ class BloomStore(MappedStore):
             _, offset, block = self._has_one(layer, h1, mask)
             self._mm[offset : offset + 64] = (block | mask).to_bytes(64, "little")  # type: ignore[index]
 
-    def __contains__(self, url: object) -> bool:
+    def _contains_slow(self, url: object) -> bool:
         if not isinstance(url, str):
             return False
         key = self._key  # (inline: a frame is a tenth of this call)

@@ -65,6 +65,7 @@ from urlsieve.seen._mapped import (
     pack_static,
     rank_in_groups,
 )
+from urlsieve.seen._single import KIND_EXACT, SeenBase, bind_key
 from urlsieve.seen.base import StoreStats
 from urlsieve.store.files import fsync_dir, os_error
 from urlsieve.url import FILTER, Profile
@@ -195,8 +196,12 @@ def probe(table: U64, keys: U64, insert: bool) -> Flags:
     raise StoreCorrupt("exact table has no free slot (load accounting is wrong)")
 
 
-class ExactStore(MappedStore):
-    """Exact, persistent, shared by processes. ``capacity`` presizes a new file (URLs)."""
+class ExactStore(SeenBase, MappedStore):
+    """Exact, persistent, shared by processes. ``capacity`` presizes a new file (URLs).
+
+    ``add`` and ``in`` are one compiled call (the key and the lock-free add or lookup, see
+    :mod:`urlsieve.seen._single`); ``_add_slow`` and ``_contains_slow`` are their reference
+    and take what the compiled call leaves."""
 
     KIND = b"exact\0\0\0"
     NAME = "exact"
@@ -244,8 +249,12 @@ class ExactStore(MappedStore):
         self._table = self._words[_HW : _HW + buckets * SLOTS].reshape(buckets, SLOTS)
         if _exact_add_locked is not None:
             self._probe = (self._mv, buckets, self._limit)
+            key = bind_key(self._profile)
+            if key is not None:
+                self._seen_bind(key, KIND_EXACT, self._mm, buckets, self._limit, self._lockfree)
 
     def _drop_views(self) -> None:
+        self._seen_bind(None)
         self.__dict__.pop("_table", None)
         self._probe = None
 
@@ -344,7 +353,7 @@ class ExactStore(MappedStore):
                 bucket = 0
         raise StoreCorrupt(f"{self._path}: exact table has no free slot; rebuild the store")
 
-    def add(self, url: str) -> bool:
+    def _add_slow(self, url: str) -> bool:
         key = self._key
         fp = key(url) if key is not None and type(url) is str else None
         if fp is None:
@@ -456,7 +465,7 @@ class ExactStore(MappedStore):
             raise StoreCorrupt(f"{self._path}: exact table has no free slot; rebuild the store")
         return new
 
-    def __contains__(self, url: object) -> bool:
+    def _contains_slow(self, url: object) -> bool:
         if not isinstance(url, str):
             return False
         key = self._key

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from urlsieve.exceptions import StoreClosed
 from urlsieve.fingerprint import fingerprint_one64, key_function
+from urlsieve.seen._single import KIND_MEMORY, SeenBase, bind_key
 from urlsieve.seen.base import ClosingStore, StoreStats
 from urlsieve.url import FILTER, Profile
 
@@ -21,8 +22,12 @@ def _no_key(url: str) -> None:
     """No compiled key: every URL goes to the reference fingerprint."""
 
 
-class MemoryStore(ClosingStore):
-    """Exact, in-memory, not shared between processes."""
+class MemoryStore(SeenBase, ClosingStore):
+    """Exact, in-memory, not shared between processes.
+
+    ``add`` and ``in`` are one compiled call (the key and the set's lookup, see
+    :mod:`urlsieve.seen._single`); ``_add_slow`` and ``_contains_slow`` are their reference
+    and take what the compiled call leaves."""
 
     def __init__(self, location: str = "", *, profile: Profile = FILTER) -> None:
         self._profile = profile
@@ -30,6 +35,9 @@ class MemoryStore(ClosingStore):
         self._fp = fingerprint_one64(profile)
         # the compiled key of a str (None off the compiled path): no Python frame
         self._key = key_function(profile, 64) or _no_key
+        key = bind_key(profile)
+        if key is not None:
+            self._seen_bind(key, KIND_MEMORY, self._set)
 
     @property
     def _seen(self) -> set[int]:
@@ -41,7 +49,7 @@ class MemoryStore(ClosingStore):
     def profile(self) -> Profile:
         return self._profile
 
-    def add(self, url: str) -> bool:
+    def _add_slow(self, url: str) -> bool:
         seen = self._set
         fp = self._key(url) if type(url) is str else None
         if fp is None:
@@ -65,7 +73,7 @@ class MemoryStore(ClosingStore):
             out.append(new)
         return out
 
-    def __contains__(self, url: object) -> bool:
+    def _contains_slow(self, url: object) -> bool:
         seen = self._seen
         if type(url) is str:
             fp = self._key(url)
@@ -93,4 +101,5 @@ class MemoryStore(ClosingStore):
         _ = self._seen
 
     def close(self) -> None:
+        self._seen_bind(None)
         self._set = None
