@@ -401,9 +401,11 @@ Goal ≥ 10× Scrapy's: {"; ".join(scrapy_goals)}.
 **A seen store's `add(url)` and `in`, one call per URL**, {CRAWL:,} fresh str URLs (adds
 new, hits of the same URLs, misses of 20,000 others); the filter profile; rbloom as its
 documentation shows it, sized for the same number at the same error; our files sized
-likewise. The file stores are shared by processes: an add takes no lock (atomic writes
-checked against the locked writers' sequence, `seen/_mapped.py`), nor does a lookup;
-with `?locked=1` every add takes the file's lock (`flock`), as all adds did before.
+likewise. Each store's `add` and `in` is one C call with no Python frame (their base
+type `SeenSingle`, `seen/_single.py`: the canonical key and the probe). The file stores
+are shared by processes: an add takes no lock (atomic writes checked against the locked
+writers' sequence, `seen/_mapped.py`), nor does a lookup; with `?locked=1` every add
+takes the file's lock (`flock`), as all adds did before.
 
 {single_text}
 
