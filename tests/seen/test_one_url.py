@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -510,9 +511,9 @@ def test_adds_that_overlap_locked_sections_are_redone(tmp_path: Path, kind: str)
     ctx = multiprocessing.get_context("fork")
     path = str(tmp_path / f"o.{kind}")
     store = (
-        ExactStore(path, capacity=100_000)
+        ExactStore(path, capacity=400_000)
         if kind == "exact"
-        else BloomStore(path, capacity=100_000, error=1e-6)
+        else BloomStore(path, capacity=400_000, error=1e-9)
     )
     with store:
         taken: list[str] = []
@@ -520,9 +521,11 @@ def test_adds_that_overlap_locked_sections_are_redone(tmp_path: Path, kind: str)
         for name in ways:  # count the ways off the compiled path
             method = getattr(store, name)
 
-            def counted(*args: object, _m: Callable[..., object] = method, _n: str = name) -> Any:
+            def counted(
+                *args: object, _m: Callable[..., object] = method, _n: str = name, **kw: object
+            ) -> Any:
                 taken.append(_n)
-                return _m(*args)
+                return _m(*args, **kw)
 
             setattr(store, name, counted)
         ready, stop = ctx.Event(), ctx.Event()
@@ -530,8 +533,18 @@ def test_adds_that_overlap_locked_sections_are_redone(tmp_path: Path, kind: str)
         spinner.start()
         try:
             assert ready.wait(60)
-            urls = [f"http://h{i % 97}.example/p/{i}?q={i}" for i in range(40_000)]
-            news = [store.add(u) for u in urls]
+            urls: list[str] = []
+            news: list[bool] = []
+            deadline = time.monotonic() + 30  # (a busy machine may not run the spinner at once)
+            while len(urls) < 40_000 or (
+                not taken and len(urls) < 300_000 and time.monotonic() < deadline
+            ):
+                more = [
+                    f"http://h{i % 97}.example/p/{i}?q={i}"
+                    for i in range(len(urls), len(urls) + 10_000)
+                ]
+                urls += more
+                news += [store.add(u) for u in more]
         finally:
             stop.set()
             spinner.join()
