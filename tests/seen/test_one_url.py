@@ -33,6 +33,7 @@ import xxhash
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from urlsieve import _accel
 from urlsieve.exceptions import InvalidURL, StoreClosed
 from urlsieve.fingerprint import (
     fingerprint64,
@@ -50,6 +51,8 @@ from urlsieve.url import CRAWLER, FILTER, Profile, canonicalize, crawler_profile
 from urlsieve.url.profile import DEFAULT_HOST_STEPS
 
 speedups = pytest.importorskip("urlsieve._speedups", reason="built without a C compiler")
+if _accel.speedups is None:  # URLSIEVE_PURE_PYTHON: the stores run their references
+    pytest.skip("the compiled extension is turned off", allow_module_level=True)
 
 PROFILES = [
     FILTER,
