@@ -39,6 +39,8 @@
    scan had quietly fallen back to popcnt. */
 #include <immintrin.h>
 #define ND_AVX512 1
+/* The SimHash of ASCII text 64 bytes, eight tokens and one vote at a time (nd_wide). */
+#define ND_WIDE __attribute__((target("avx512f,avx512bw,avx512dq,bmi,bmi2")))
 #endif
 
 #define ND_MAX_TEXT (8 << 20) /* simhash.MAX_TEXT */
@@ -94,18 +96,62 @@ nd_next_avx512(const uint64_t *f, size_t lo, size_t hi, uint64_t fp, int k)
 static size_t (*nd_next)(const uint64_t *, size_t, size_t, uint64_t, int) = nd_next_plain;
 static const char *nd_next_name = "plain";
 
+/* The argument of nd_popcount and nd_simd (after the first use's choices): *name the str's
+   text, or NULL for None; -1 with TypeError for anything else. */
+static int
+nd_choice(PyObject *arg, const char *usage, const char **name)
+{
+    nd_first_use();
+    *name = NULL;
+    if (arg == Py_None) return 0;
+    *name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    if (*name != NULL) return 0;
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, usage);
+    return -1;
+}
+
+/* The SimHash of ASCII text with AVX-512 (nd_hash_ascii_avx512, nd_distinct_avx512): chosen
+   once, in nd_seed, where the CPU has it. */
+static int nd_wide = 0;
+
+static int
+nd_wide_here(void)
+{
+#ifdef ND_AVX512
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("bmi") &&
+           __builtin_cpu_supports("bmi2");
+#else
+    return 0;
+#endif
+}
+
+/* nd_simd(name | None) -> str: the SimHash path in use ("plain", "avx512"), after choosing
+   `name` (ValueError when this build or CPU lacks it): for the tests. */
+static PyObject *
+nd_simd(PyObject *self, PyObject *arg)
+{
+    const char *name = NULL;
+    if (nd_choice(arg, "nd_simd(name)", &name) < 0) return NULL;
+    if (name != NULL) {
+        if (strcmp(name, "plain") == 0) nd_wide = 0;
+        else if (strcmp(name, "avx512") == 0 && nd_wide_here()) nd_wide = 1;
+        else {
+            PyErr_Format(PyExc_ValueError, "nd_simd: %s is not available here", name);
+            return NULL;
+        }
+    }
+    return PyUnicode_FromString(nd_wide ? "avx512" : "plain");
+}
+
 /* nd_popcount(name | None) -> str: the candidate scan in use ("plain", "popcnt", "avx512"),
    after choosing `name` (ValueError when this build or CPU lacks it): for the tests. */
 static PyObject *
 nd_popcount(PyObject *self, PyObject *arg)
 {
-    nd_first_use();
-    if (arg != Py_None) {
-        const char *name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
-        if (name == NULL) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "nd_popcount(name)");
-            return NULL;
-        }
+    const char *name = NULL;
+    if (nd_choice(arg, "nd_popcount(name)", &name) < 0) return NULL;
+    if (name != NULL) {
         if (strcmp(name, "plain") == 0) {
             nd_next = nd_next_plain;
             nd_next_name = "plain";
@@ -155,6 +201,7 @@ nd_seed(void)
         nd_next_name = "avx512";
     }
 #endif
+    nd_wide = nd_wide_here();
 }
 
 static inline uint64_t
@@ -308,22 +355,108 @@ nd_votes_result(nd_votes *v, size_t n)
     return fp;
 }
 
-/* h[0..n) compacted to its distinct values, first occurrences in order, each voted in v:
-   their count, or (size_t)-1 when memory runs out. */
-static size_t
-nd_distinct(uint64_t *h, size_t n, nd_votes *v)
+/* Slot `at` holds another value than x (probe on): one branch, taken on a collision only.
+   Written with && (or left to the compiler, &), the branch on an empty slot and the one on
+   an equal value each mispredict on half of a page's tokens; the asm hides from the
+   compiler that `differs` is 0 or 1, so it cannot split the test. An unused slot's value is
+   read and ignored. */
+static inline int
+nd_set_collides(const nd_set *s, size_t at, uint64_t x)
 {
-    if (n == 0) return 0;
+    unsigned used = s->used[at], differs = s->set[at] != x;
+#if defined(__GNUC__)
+    __asm__("" : "+r"(differs));
+#endif
+    return (int)(used & differs);
+}
+
+/* The loop of nd_distinct: each value looked up in the set s without a branch on whether
+   it is new (half of a page's tokens are repeats: a branch mispredicts), kept at h[kept]
+   (overwritten by the next one when it was a repeat) and VOTE(value, or 0 for a repeat). */
+#define ND_DISTINCT_LOOP(VOTE)                                                                 \
+    for (size_t i = 0; i < n; i++) {                                                           \
+        uint64_t x = h[i];                                                                     \
+        size_t at = (size_t)((x * nd_set_mult) >> (64 - s.bits));                              \
+        while (nd_set_collides(&s, at, x)) at = (at + 1) & s.mask;                             \
+        uint64_t fresh = (uint64_t)(s.used[at] == 0);                                          \
+        s.used[at] = 1;                                                                        \
+        s.set[at] = x;                                                                         \
+        h[kept] = x;                                                                           \
+        kept += (size_t)fresh;                                                                 \
+        VOTE(x & (0 - fresh));                                                                 \
+    }
+
+static size_t
+nd_distinct_plain(uint64_t *h, size_t n, uint64_t *fp)
+{
     nd_set s;
     if (nd_set_open(&s, n) < 0) return (size_t)-1;
+    nd_votes v;
+    memset(&v, 0, sizeof v);
     size_t kept = 0;
-    for (size_t i = 0; i < n; i++)
-        if (nd_set_add(&s, h[i])) {
-            nd_votes_add(v, h[i]);
-            h[kept++] = h[i];
-        }
+#define ND_VOTE_PLAIN(x) nd_votes_add(&v, (x))
+    ND_DISTINCT_LOOP(ND_VOTE_PLAIN)
+#undef ND_VOTE_PLAIN
     nd_set_close(&s);
+    *fp = nd_votes_result(&v, kept);
     return kept;
+}
+
+#ifdef ND_AVX512
+/* Votes as 64 byte counters: VPMOVM2B makes a value's bits 64 bytes of 0 or -1, subtracted;
+   widened to 32-bit counters every 255 values. */
+#define ND_VOTE_WIDE(x)                                                                        \
+    do {                                                                                       \
+        votes = _mm512_sub_epi8(votes, _mm512_movm_epi8((__mmask64)(x)));                     \
+        if (++pending == 255) {                                                                \
+            ND_VOTES_WIDEN();                                                                  \
+        }                                                                                      \
+    } while (0)
+#define ND_VOTES_WIDEN()                                                                       \
+    do {                                                                                       \
+        ones[0] = _mm512_add_epi32(ones[0], _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(votes, 0))); \
+        ones[1] = _mm512_add_epi32(ones[1], _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(votes, 1))); \
+        ones[2] = _mm512_add_epi32(ones[2], _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(votes, 2))); \
+        ones[3] = _mm512_add_epi32(ones[3], _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(votes, 3))); \
+        votes = _mm512_setzero_si512();                                                        \
+        pending = 0;                                                                           \
+    } while (0)
+
+ND_WIDE static size_t
+nd_distinct_avx512(uint64_t *h, size_t n, uint64_t *fp)
+{
+    nd_set s;
+    if (nd_set_open(&s, n) < 0) return (size_t)-1;
+    __m512i votes = _mm512_setzero_si512();
+    __m512i ones[4] = {votes, votes, votes, votes};
+    unsigned pending = 0;
+    size_t kept = 0;
+    ND_DISTINCT_LOOP(ND_VOTE_WIDE)
+    ND_VOTES_WIDEN();
+    nd_set_close(&s);
+    /* 2 * ones > kept, as ones > kept / 2 (rounded down) */
+    const __m512i half = _mm512_set1_epi32((int)(uint32_t)(kept / 2));
+    uint64_t out = 0;
+    for (int j = 0; j < 4; j++)
+        out |= (uint64_t)_mm512_cmpgt_epu32_mask(ones[j], half) << (16 * j);
+    *fp = out;
+    return kept;
+}
+#undef ND_VOTE_WIDE
+#undef ND_VOTES_WIDEN
+#endif
+
+/* h[0..n) compacted to its distinct values, first occurrences in order, and *fp their
+   SimHash (each bit the majority vote): their count, or (size_t)-1 when memory runs out. */
+static size_t
+nd_distinct(uint64_t *h, size_t n, uint64_t *fp)
+{
+    *fp = 0;
+    if (n == 0) return 0;
+#ifdef ND_AVX512
+    if (nd_wide) return nd_distinct_avx512(h, n, fp);
+#endif
+    return nd_distinct_plain(h, n, fp);
 }
 
 /* The SimHash (features = 0), or it and the distinct features as bytes (features = 1), of
@@ -333,15 +466,14 @@ nd_finish(uint64_t *h, size_t n, Py_ssize_t shingle, const uint64_t *keep, int f
 {
     n = nd_shingles(h, n, (size_t)shingle);
     nd_first_use();
-    nd_votes v;
-    memset(&v, 0, sizeof v);
-    size_t kept = nd_distinct(h, n, &v);
+    uint64_t fp;
+    size_t kept = nd_distinct(h, n, &fp);
     PyObject *out = NULL;
     if (kept == (size_t)-1) PyErr_NoMemory();
     else if (features)
-        out = Py_BuildValue("(Ky#)", (unsigned long long)nd_votes_result(&v, kept),
-                            (const char *)h, (Py_ssize_t)(kept * 8));
-    else out = PyLong_FromUnsignedLongLong(nd_votes_result(&v, kept));
+        out = Py_BuildValue("(Ky#)", (unsigned long long)fp, (const char *)h,
+                            (Py_ssize_t)(kept * 8));
+    else out = PyLong_FromUnsignedLongLong(fp);
     if (h != keep) free(h);
     return out;
 }
@@ -373,6 +505,195 @@ nd_text_args(PyObject *const *args, Py_ssize_t nargs, const char *name, Py_ssize
     return nd_shingle_arg(args[1], shingle) < 0 ? NULL : args[0];
 }
 
+/* The token hashes of ASCII text p[0..len) into h (room for len / 2 + 1): the runs of
+   [A-Za-z0-9_], letters lowered, each hashed with XXH3-64, in order. Their count, or
+   (size_t)-1 when memory runs out. The portable path: a byte at a time. */
+static size_t
+nd_hash_ascii_plain(const unsigned char *p, size_t len, uint64_t *h)
+{
+    unsigned char word_here[256];
+    size_t n = 0, i = 0;
+    while (i < len) {
+        while (i < len && !nd_lower[p[i]]) i++;
+        size_t start = i;
+        int upper = 0;
+        while (i < len && nd_lower[p[i]]) upper |= nd_lower[p[i]] != p[i], i++;
+        size_t w = i - start;
+        if (w == 0) break;
+        if (!upper) { /* already lower case: hashed where it is */
+            h[n++] = XXH3_64bits(p + start, w);
+            continue;
+        }
+        unsigned char *word = w <= sizeof word_here ? word_here : (unsigned char *)malloc(w);
+        if (word == NULL) return (size_t)-1;
+        for (size_t j = 0; j < w; j++) word[j] = nd_lower[p[start + j]];
+        h[n++] = XXH3_64bits(word, w);
+        if (word != word_here) free(word);
+    }
+    return n;
+}
+
+#ifdef ND_AVX512
+#define ND_BATCH 64 /* tokens hashed together */
+
+/* The 128-bit product of each pair of 64-bit lanes, folded (low ^ high): us_mul128_fold64
+   on four 32 x 32 -> 64 bit products. */
+ND_WIDE static inline __m512i
+nd_fold_x8(__m512i a, __m512i b)
+{
+    const __m512i low32 = _mm512_set1_epi64(0xFFFFFFFF);
+    __m512i ah = _mm512_srli_epi64(a, 32), bh = _mm512_srli_epi64(b, 32);
+    __m512i ll = _mm512_mul_epu32(a, b), hl = _mm512_mul_epu32(ah, b);
+    __m512i lh = _mm512_mul_epu32(a, bh), hh = _mm512_mul_epu32(ah, bh);
+    __m512i cross = _mm512_add_epi64(_mm512_add_epi64(_mm512_srli_epi64(ll, 32),
+                                                      _mm512_and_si512(hl, low32)), lh);
+    __m512i high = _mm512_add_epi64(_mm512_add_epi64(_mm512_srli_epi64(hl, 32),
+                                                     _mm512_srli_epi64(cross, 32)), hh);
+    __m512i low = _mm512_or_si512(_mm512_slli_epi64(cross, 32), _mm512_and_si512(ll, low32));
+    return _mm512_xor_si512(low, high);
+}
+
+/* XXH3-64 of eight tokens of 1 to 16 bytes (us_xxh3_64_0to16, its three cases computed and
+   blended): first / last the 8 bytes at the token's start / ending at its end (the buffer
+   is padded on both sides), len its length. */
+ND_WIDE static inline __m512i
+nd_xxh3_x8(__m512i first, __m512i last, __m512i len)
+{
+    const unsigned char *s = us_xxh3_secret;
+    /* 9 to 16 bytes */
+    __m512i low = _mm512_xor_si512(_mm512_set1_epi64((long long)(us_read64(s + 24) ^ us_read64(s + 32))), first);
+    __m512i high = _mm512_xor_si512(_mm512_set1_epi64((long long)(us_read64(s + 40) ^ us_read64(s + 48))), last);
+    const __m512i swap = _mm512_set_epi64( /* each lane's bytes reversed (US_BSWAP64) */
+        0x08090A0B0C0D0E0FLL, 0x0001020304050607LL, 0x08090A0B0C0D0E0FLL, 0x0001020304050607LL,
+        0x08090A0B0C0D0E0FLL, 0x0001020304050607LL, 0x08090A0B0C0D0E0FLL, 0x0001020304050607LL);
+    __m512i v9 = _mm512_add_epi64(_mm512_add_epi64(len, _mm512_shuffle_epi8(low, swap)),
+                                  _mm512_add_epi64(high, nd_fold_x8(low, high)));
+    v9 = _mm512_xor_si512(v9, _mm512_srli_epi64(v9, 37));
+    v9 = _mm512_mullo_epi64(v9, _mm512_set1_epi64((long long)US_PMX1));
+    v9 = _mm512_xor_si512(v9, _mm512_srli_epi64(v9, 32));
+    /* 4 to 8 bytes */
+    __m512i v4 = _mm512_or_si512(_mm512_srli_epi64(last, 32), _mm512_slli_epi64(first, 32));
+    v4 = _mm512_xor_si512(v4, _mm512_set1_epi64((long long)(us_read64(s + 8) ^ us_read64(s + 16))));
+    v4 = _mm512_xor_si512(v4, _mm512_xor_si512(_mm512_rol_epi64(v4, 49), _mm512_rol_epi64(v4, 24)));
+    v4 = _mm512_mullo_epi64(v4, _mm512_set1_epi64((long long)US_PMX2));
+    v4 = _mm512_xor_si512(v4, _mm512_add_epi64(_mm512_srli_epi64(v4, 35), len));
+    v4 = _mm512_mullo_epi64(v4, _mm512_set1_epi64((long long)US_PMX2));
+    v4 = _mm512_xor_si512(v4, _mm512_srli_epi64(v4, 28));
+    /* 1 to 3 bytes: in[len - 1] | len << 8 | in[0] << 16 | in[len >> 1] << 24 */
+    const __m512i byte = _mm512_set1_epi64(0xFF);
+    __m512i mid = _mm512_srlv_epi64(first, _mm512_slli_epi64(_mm512_srli_epi64(len, 1), 3));
+    __m512i v1 = _mm512_or_si512(
+        _mm512_or_si512(_mm512_srli_epi64(last, 56), _mm512_slli_epi64(len, 8)),
+        _mm512_or_si512(_mm512_slli_epi64(_mm512_and_si512(first, byte), 16),
+                        _mm512_slli_epi64(_mm512_and_si512(mid, byte), 24)));
+    v1 = _mm512_xor_si512(v1, _mm512_set1_epi64((long long)(us_read32(s) ^ us_read32(s + 4))));
+    v1 = _mm512_xor_si512(v1, _mm512_srli_epi64(v1, 33));
+    v1 = _mm512_mullo_epi64(v1, _mm512_set1_epi64((long long)US_P64_2));
+    v1 = _mm512_xor_si512(v1, _mm512_srli_epi64(v1, 29));
+    v1 = _mm512_mullo_epi64(v1, _mm512_set1_epi64((long long)US_P64_3));
+    v1 = _mm512_xor_si512(v1, _mm512_srli_epi64(v1, 32));
+    __mmask8 over8 = _mm512_cmpgt_epu64_mask(len, _mm512_set1_epi64(8));
+    __mmask8 over3 = _mm512_cmpgt_epu64_mask(len, _mm512_set1_epi64(3));
+    return _mm512_mask_blend_epi64(over8, _mm512_mask_blend_epi64(over3, v1, v4), v9);
+}
+
+/* The hashes of count (1..ND_BATCH) tokens of buf at starts[i], of lens[i] bytes, into h:
+   eight at a time, a token longer than 16 bytes by XXH3_64bits. */
+ND_WIDE static void
+nd_hash_batch(const unsigned char *buf, uint64_t *starts, uint64_t *lens, size_t count,
+              uint64_t *h)
+{
+    for (size_t i = count; i % 8; i++) { /* the last lanes: a harmless 1-byte token */
+        starts[i] = 0;
+        lens[i] = 1;
+    }
+    const __m512i eight = _mm512_set1_epi64(8), sixteen = _mm512_set1_epi64(16);
+    for (size_t i = 0; i < count; i += 8) {
+        __m512i at = _mm512_loadu_si512((const void *)(starts + i));
+        __m512i len = _mm512_loadu_si512((const void *)(lens + i));
+        __m512i first = _mm512_i64gather_epi64(at, (const void *)buf, 1);
+        __m512i end = _mm512_sub_epi64(_mm512_add_epi64(at, len), eight);
+        __m512i last = _mm512_i64gather_epi64(end, (const void *)buf, 1);
+        __m512i out = nd_xxh3_x8(first, last, len);
+        __mmask8 lanes = count - i >= 8 ? 0xFF : (__mmask8)((1u << (count - i)) - 1);
+        _mm512_mask_storeu_epi64((void *)(h + i), lanes, out);
+        for (unsigned long long longer = _mm512_mask_cmpgt_epu64_mask(lanes, len, sixteen); longer;
+             longer &= longer - 1) {
+            size_t j = i + (size_t)__builtin_ctzll(longer);
+            h[j] = XXH3_64bits(buf + starts[j], (size_t)lens[j]);
+        }
+    }
+}
+
+/* nd_hash_ascii_plain with AVX-512: 64 bytes at a time classified and lowered into a
+   padded copy (and a bitmap of the word bytes), the tokens found from the bitmap's edges,
+   hashed ND_BATCH at a time. */
+ND_WIDE static size_t
+nd_hash_ascii_avx512(const unsigned char *p, size_t len, uint64_t *h)
+{
+    enum { PAD = 8, SMALL = 4096 };
+    size_t words = (len + 63) / 64;
+    unsigned char buf_here[PAD + SMALL + 64];
+    uint64_t bits_here[SMALL / 64];
+    unsigned char *mem = NULL, *buf = buf_here;
+    uint64_t *bits = bits_here;
+    if (len > SMALL) {
+        mem = (unsigned char *)malloc(PAD + 64 * words + 64 + words * sizeof(uint64_t));
+        if (mem == NULL) return (size_t)-1;
+        buf = mem;
+        bits = (uint64_t *)(mem + PAD + 64 * words + 64);
+    }
+    memset(buf, 0, PAD);
+    unsigned char *text = buf + PAD;
+    memset(text + 64 * words, 0, 64); /* read past the last token: the 8-byte loads */
+    const __m512i x20 = _mm512_set1_epi8(0x20), a = _mm512_set1_epi8('a');
+    const __m512i zero = _mm512_set1_epi8('0'), under = _mm512_set1_epi8('_');
+    const __m512i n26 = _mm512_set1_epi8(26), n10 = _mm512_set1_epi8(10);
+    for (size_t w = 0; w < words; w++) {
+        size_t left = len - 64 * w;
+        __mmask64 in = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
+        __m512i c = _mm512_maskz_loadu_epi8(in, (const void *)(p + 64 * w));
+        __m512i lower = _mm512_or_si512(c, x20);
+        __mmask64 alpha = _mm512_cmplt_epu8_mask(_mm512_sub_epi8(lower, a), n26);
+        __mmask64 digit = _mm512_cmplt_epu8_mask(_mm512_sub_epi8(c, zero), n10);
+        __mmask64 word = alpha | digit | _mm512_cmpeq_epi8_mask(c, under);
+        _mm512_storeu_si512((void *)(text + 64 * w), _mm512_mask_blend_epi8(alpha, c, lower));
+        bits[w] = (uint64_t)(word & in);
+    }
+    uint64_t starts[ND_BATCH], lens[ND_BATCH];
+    size_t n = 0, count = 0, start = 0;
+    uint64_t carry = 0; /* 1 inside a token at the end of the last word */
+    for (size_t w = 0; w < words; w++) {
+        uint64_t m = bits[w];
+        for (uint64_t edges = m ^ (m << 1 | carry); edges; edges &= edges - 1) {
+            size_t at = 64 * w + (size_t)__builtin_ctzll(edges);
+            if (!carry) {
+                start = at;
+                carry = 1;
+                continue;
+            }
+            carry = 0;
+            starts[count] = start;
+            lens[count++] = at - start;
+            if (count == ND_BATCH) {
+                nd_hash_batch(text, starts, lens, count, h + n);
+                n += count;
+                count = 0;
+            }
+        }
+        carry = m >> 63;
+    }
+    if (carry) {
+        starts[count] = start;
+        lens[count++] = len - start;
+    }
+    if (count) nd_hash_batch(text, starts, lens, count, h + n);
+    n += count;
+    free(mem);
+    return n;
+}
+#endif
+
 static PyObject *
 nd_text(PyObject *const *args, Py_ssize_t nargs, int features)
 {
@@ -385,34 +706,21 @@ nd_text(PyObject *const *args, Py_ssize_t nargs, int features)
     const unsigned char *p = (const unsigned char *)PyUnicode_DATA(text);
     nd_first_use();
     uint64_t h_here[ND_SMALL_TEXT];
-    unsigned char word_here[256];
     uint64_t *h = h_here;
     size_t most = (size_t)len / 2 + 1; /* tokens are separated: at most this many */
     if (most > ND_SMALL_TEXT) {
         h = (uint64_t *)malloc(most * sizeof(uint64_t));
         if (h == NULL) return PyErr_NoMemory();
     }
-    size_t n = 0;
-    Py_ssize_t i = 0;
-    while (i < len) {
-        while (i < len && !nd_lower[p[i]]) i++;
-        Py_ssize_t start = i;
-        int upper = 0;
-        while (i < len && nd_lower[p[i]]) upper |= nd_lower[p[i]] != p[i], i++;
-        size_t w = (size_t)(i - start);
-        if (w == 0) break;
-        if (!upper) { /* already lower case: hashed where it is */
-            h[n++] = XXH3_64bits(p + start, w);
-            continue;
-        }
-        unsigned char *word = w <= sizeof word_here ? word_here : (unsigned char *)malloc(w);
-        if (word == NULL) {
-            if (h != h_here) free(h);
-            return PyErr_NoMemory();
-        }
-        for (size_t j = 0; j < w; j++) word[j] = nd_lower[p[start + (Py_ssize_t)j]];
-        h[n++] = XXH3_64bits(word, w);
-        if (word != word_here) free(word);
+    size_t n;
+#ifdef ND_AVX512
+    if (nd_wide) n = nd_hash_ascii_avx512(p, (size_t)len, h);
+    else
+#endif
+        n = nd_hash_ascii_plain(p, (size_t)len, h);
+    if (n == (size_t)-1) {
+        if (h != h_here) free(h);
+        return PyErr_NoMemory();
     }
     return nd_finish(h, n, shingle, h_here, features);
 }
@@ -1112,4 +1420,7 @@ nd_first_use(void)
          "(keys[document], distance), sorted by distance, then key."},                         \
         {"nd_popcount", (PyCFunction)nd_popcount, METH_O,                                      \
          "nd_popcount(name | None) -> str\n\nThe candidate scan in use, after choosing name "   \
-         "(plain, popcnt, avx512)."},
+         "(plain, popcnt, avx512)."},                                                          \
+        {"nd_simd", (PyCFunction)nd_simd, METH_O,                                              \
+         "nd_simd(name | None) -> str\n\nThe SimHash path of ASCII text in use, after "        \
+         "choosing name (plain, avx512)."},

@@ -8,9 +8,10 @@ under ASan/UBSan.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,18 +26,23 @@ sh = importlib.import_module("urlsieve.neardup.simhash")
 ix = importlib.import_module("urlsieve.neardup.index")
 
 
-def _scans() -> list[str]:
-    """The candidate scans this CPU can run."""
+def _choices(switch: Callable[[str | None], str], names: tuple[str, ...]) -> list[str]:
+    """The names ``switch`` (nd_popcount, nd_simd) accepts on this CPU, the one in use kept."""
     out = []
-    before = speedups.nd_popcount(None)
-    for name in ("plain", "popcnt", "avx512"):
+    before = switch(None)
+    for name in names:
         try:
-            speedups.nd_popcount(name)
+            switch(name)
         except ValueError:
             continue
         out.append(name)
-    speedups.nd_popcount(before)
+    switch(before)
     return out
+
+
+def _scans() -> list[str]:
+    """The candidate scans this CPU can run."""
+    return _choices(speedups.nd_popcount, ("plain", "popcnt", "avx512"))
 
 
 def _cpu_flags() -> set[str]:
@@ -70,6 +76,80 @@ def scan(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 # ------------------------------------------------------------------ SimHash
+
+
+def _simd_paths() -> list[str]:
+    """The SimHash paths of ASCII text this CPU can run (nd_simd)."""
+    return _choices(speedups.nd_simd, ("plain", "avx512"))
+
+
+@contextlib.contextmanager
+def _simd(name: str) -> Iterator[None]:
+    before = speedups.nd_simd(None)
+    speedups.nd_simd(name)
+    try:
+        yield
+    finally:
+        speedups.nd_simd(before)
+
+
+def test_every_simhash_path_the_cpu_has_is_built() -> None:
+    """The AVX-512 tokeniser, hash and vote are compiled in and chosen where the CPU has
+    them; a path this build or CPU lacks is refused, the one in use left as it was."""
+    flags = _cpu_flags()
+    if {"avx512f", "avx512bw", "avx512dq", "bmi1", "bmi2"} <= flags:
+        assert speedups.nd_simd(None) == "avx512"  # the default: the widest
+        assert _simd_paths() == ["plain", "avx512"]
+    assert "plain" in _simd_paths()
+    before = speedups.nd_simd(None)
+    with pytest.raises(ValueError):
+        speedups.nd_simd("sse9")
+    with pytest.raises(TypeError):
+        speedups.nd_simd(3)
+    assert speedups.nd_simd(None) == before
+
+
+def _agrees(text: str, shingle: int) -> None:
+    """Every SimHash path of this CPU gives the reference's SimHash and features."""
+    expected = sh.features_py(text, shingle=shingle)
+    fp = sh._vote(expected)
+    for name in _simd_paths():
+        with _simd(name):
+            assert speedups.simhash_text(text, shingle) == fp, name
+            got, found = speedups.features_text(text, shingle)
+            assert got == fp, name
+            assert sorted(np.frombuffer(found, dtype=np.uint64).tolist()) == expected.tolist()
+
+
+def test_ascii_tokens_of_every_length_at_every_place_of_a_block() -> None:
+    """The AVX-512 path reads 64 bytes at a time, finds the tokens from the edges of a bitmap
+    and hashes eight at a time (1-3, 4-8, 9-16 bytes in vector lanes, longer ones one by
+    one): every token length 1-40 at every offset of a 64-byte block, a token across
+    blocks, upper case, texts ending inside a token, batches of 64 tokens and more, and
+    texts on both sides of the stack buffers (4,096 characters)."""
+    rnd = random.Random(4)
+    for length in range(1, 41):
+        for offset in range(70):
+            word = "".join(rnd.choice("abcXYZ09_") for _ in range(length))
+            for text in (" " * offset + word, "-" * offset + word + ".", word + "\n" * offset):
+                _agrees(text, 1)
+    for size in (0, 1, 63, 64, 65, 127, 128, 4095, 4096, 4097, 9000):
+        text = "".join(rnd.choice("aB9_ .") for _ in range(size))
+        for shingle in (1, 2):
+            _agrees(text, shingle)
+    for count in (63, 64, 65, 128, 129, 2047, 2048, 2049, 5000):  # tokens: batches, stack
+        _agrees(" ".join(f"w{i % 700}" for i in range(count)), 1)
+    _agrees("A" * 10_000, 1)  # one token longer than the stack buffer
+    _agrees(("x" * 17 + " ") * 300, 3)  # repeats of a long token, shingled
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=3000), st.integers(1, 3))
+@example(bytes(range(128)) * 3, 1)
+def test_any_ascii_text_on_every_path_equals_the_reference(data: bytes, shingle: int) -> None:
+    """Bytes folded into ASCII (the compiled tokeniser's domain) on every path."""
+    _agrees(bytes(b & 0x7F for b in data).decode("ascii"), shingle)
+
 
 WORDS = st.text(alphabet="abcXYZ019_ -.,\n\tÀü中文字日本", max_size=12)
 
