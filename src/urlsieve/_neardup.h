@@ -13,7 +13,7 @@
  *     The SimHash of a list of token bytes.
  * simhash_str(text, shingle) -> int
  *     The SimHash of a str of any characters, already NFKC-normalised and case-folded by the
- *     caller: tokens are the runs of \w (alphanumeric or "_"), a run of kana, CJK ideographs
+ *     caller but for ASCII letters, lowered here (simhash._prepared): tokens are the runs of \w (alphanumeric or "_"), a run of kana, CJK ideographs
  *     or hangul inside one becoming its character bigrams (what simhash.tokens gives), each
  *     hashed as UTF-8 (lone surrogates passed through).
  *     Both: each token hashed with XXH3-64; with shingle > 1, each run of `shingle` tokens
@@ -789,14 +789,16 @@ nd_unspaced(Py_UCS4 c)
            (c >= 0xac00 && c <= 0xd7af);
 }
 
-/* A character of \w in a str pattern (the re module: alphanumeric or "_"). */
+/* A character of \w in a str pattern (the re module: alphanumeric or "_"); ASCII by the
+   table (Py_UNICODE_ISALNUM asks four properties of the Unicode database). */
 static inline int
 nd_word_char(Py_UCS4 c)
 {
-    return c == '_' || Py_UNICODE_ISALNUM(c);
+    return c < 0x80 ? nd_lower[c] != 0 : Py_UNICODE_ISALNUM(c);
 }
 
-/* The XXH3-64 of the UTF-8 (surrogates passed through) of characters [a, b) of a str. */
+/* The XXH3-64 of the UTF-8 (surrogates passed through) of characters [a, b) of a str, all
+   word characters (nd_word_char), ASCII letters lowered. */
 static int
 nd_hash_chars(int kind, const void *data, Py_ssize_t a, Py_ssize_t b, uint64_t *out)
 {
@@ -810,7 +812,7 @@ nd_hash_chars(int kind, const void *data, Py_ssize_t a, Py_ssize_t b, uint64_t *
     size_t n = 0;
     for (Py_ssize_t i = a; i < b; i++) {
         Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c < 0x80) buf[n++] = (unsigned char)c;
+        if (c < 0x80) buf[n++] = nd_lower[c]; /* a word character: lowered */
         else if (c < 0x800) {
             buf[n++] = (unsigned char)(0xc0 | c >> 6);
             buf[n++] = (unsigned char)(0x80 | (c & 0x3f));
@@ -831,7 +833,7 @@ nd_hash_chars(int kind, const void *data, Py_ssize_t a, Py_ssize_t b, uint64_t *
 }
 
 /* simhash_str(text, shingle) / features_str: the tokens of an already normalised str (NFKC,
-   case-folded: simhash._normalised): the runs of \w, a run of unspaced characters inside one
+   case-folded but for ASCII letters, lowered here: simhash._prepared): the runs of \w, a run of unspaced characters inside one
    becoming its character bigrams (a lone one itself), what simhash.tokens gives. */
 static PyObject *
 nd_str(PyObject *const *args, Py_ssize_t nargs, int features)
@@ -1322,7 +1324,11 @@ nd_query(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     nd_hits hits = {NULL, 0, 64, {0}};
     hits.v = hits.small;
     int failed = 0;
-    for (int i = 0; i < ix->ntables && !failed; i++) {
+    /* every table's run first, the start of each asked for from memory: the runs are then
+       read while the others arrive (each is in another place of a table larger than the
+       cache) */
+    size_t runs[ND_MAX_TABLES][2];
+    for (int i = 0; i < ix->ntables; i++) {
         const nd_table *t = &ix->t[i];
         uint64_t key = nd_key(t, fp);
         size_t lo, hi;
@@ -1339,6 +1345,16 @@ nd_query(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             lo = hi = a;
             while (hi < ix->n && t->keys[hi] == key) hi++;
         }
+        runs[i][0] = lo;
+        runs[i][1] = hi;
+        if (lo < hi) {
+            PREFETCH_READ(t->fps + lo);
+            PREFETCH_READ(t->fps + lo + 8);
+        }
+    }
+    for (int i = 0; i < ix->ntables && !failed; i++) {
+        const nd_table *t = &ix->t[i];
+        size_t lo = runs[i][0], hi = runs[i][1];
         for (size_t j = nd_next(t->fps, lo, hi, fp, (int)k); j < hi && !failed;
              j = nd_next(t->fps, j + 1, hi, fp, (int)k)) {
             uint64_t diff = t->fps[j] ^ fp;

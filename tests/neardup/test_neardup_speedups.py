@@ -192,15 +192,25 @@ ANY_TEXT = st.text(
 )
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 @settings(max_examples=300, deadline=None)
 @given(ANY_TEXT, st.integers(1, 4))
 @example("abc中文def 字 straße ﬁ ① x\ud800y 𝐀𝐁", 1)
 @example("é" + "中" * 300 + "ü" * 200, 2)  # a token longer than the stack buffer
+@example("STRAßE Éa\u0301 \u212a\u017f ＡＢ ﬁ A\u0301\u0327", 1)  # folds to ASCII, combining marks
 def test_the_compiled_tokens_of_any_text_equal_the_reference(text: str, shingle: int) -> None:
     """simhash_str/features_str (\\w runs and CJK bigrams in C) against the Python tokens."""
     normalised = sh._normalised(text)
     expected = sh._features(sh._token_bytes(text), shingle)
     assert speedups.simhash_str(normalised, shingle) == sh._vote(expected)
+    prepared = sh._prepared(text)  # ASCII letters left for the C to lower
+    assert prepared.translate(_ASCII_LOWER) == normalised
+    assert speedups.simhash_str(prepared, shingle) == sh._vote(expected)
+    assert speedups.simhash_str(prepared.upper(), shingle) == speedups.simhash_str(
+        prepared.upper().translate(_ASCII_LOWER), shingle
+    )
     fp, found = speedups.features_str(normalised, shingle)
     assert fp == sh._vote(expected)
     assert sorted(np.frombuffer(found, dtype=np.uint64).tolist()) == expected.tolist()
