@@ -7,19 +7,28 @@
  *
  * simhash_text(text, shingle) -> int | None
  *     The SimHash of an ASCII str: tokens are the runs of [A-Za-z0-9_], letters lowered (what
- *     _token_bytes does for ASCII text); None for a text whose first MAX_TEXT characters are
- *     not all ASCII (the caller tokenises it in Python and calls simhash_tokens).
+ *     _token_bytes does for ASCII text); None for a text that is not all ASCII (the caller
+ *     normalises it and calls simhash_str). Two paths, chosen at run time (nd_simd): a byte
+ *     at a time (portable), or with AVX-512 (F, BW, DQ): 64 bytes classified and lowered at
+ *     a time into a padded copy, the tokens found from the edges of the word bitmap, the
+ *     tokens of 1-16 bytes hashed eight at a time (XXH3-64's three short cases in vector
+ *     lanes, blended), the votes counted by VPMOVM2B.
  * simhash_tokens(tokens, shingle) -> int
  *     The SimHash of a list of token bytes.
  * simhash_str(text, shingle) -> int
  *     The SimHash of a str of any characters, already NFKC-normalised and case-folded by the
- *     caller but for ASCII letters, lowered here (simhash._prepared): tokens are the runs of \w (alphanumeric or "_"), a run of kana, CJK ideographs
- *     or hangul inside one becoming its character bigrams (what simhash.tokens gives), each
- *     hashed as UTF-8 (lone surrogates passed through).
+ *     caller but for ASCII letters, lowered here (simhash._prepared): tokens are the runs of
+ *     \w (alphanumeric or "_"), a run of kana, CJK ideographs or hangul inside one becoming
+ *     its character bigrams (what simhash.tokens gives), each hashed as UTF-8 (lone
+ *     surrogates passed through).
  *     Both: each token hashed with XXH3-64; with shingle > 1, each run of `shingle` tokens
  *     combined by a polynomial (rolling: linear in the tokens whatever the width) and
  *     murmur3's finaliser; the distinct features kept (a hash set with a per-process random
- *     multiplier, so crafted tokens cannot make it quadratic); each bit the majority vote.
+ *     multiplier, so crafted tokens cannot make it quadratic, probed without a branch on
+ *     whether a token is new); each bit the majority vote.
+ * nd_simd(name | None) -> str
+ *     The SimHash path of ASCII text in use ("plain", "avx512"), after choosing name: for
+ *     the tests, which hold every path the CPU has equal to the reference.
  * nd_build(fps, n, tables) -> capsule
  *     The tables of the first n fingerprints of fps (a uint64 buffer); tables: per table, the
  *     (shift, mask, offset) of each block keying it (index.Layout). Per table, the documents
