@@ -671,27 +671,40 @@ nd_hash_ascii_avx512(const unsigned char *p, size_t len, uint64_t *h)
     }
     uint64_t starts[ND_BATCH], lens[ND_BATCH];
     size_t n = 0, count = 0, start = 0;
-    uint64_t carry = 0; /* 1 inside a token at the end of the last word */
+    int carry = 0; /* a token runs on past the end of the last word, from start */
+#define ND_TOKEN(from, to)                                                                     \
+    do {                                                                                       \
+        starts[count] = (from);                                                                \
+        lens[count++] = (to) - (from);                                                         \
+        if (count == ND_BATCH) {                                                               \
+            nd_hash_batch(text, starts, lens, count, h + n);                                   \
+            n += count;                                                                        \
+            count = 0;                                                                         \
+        }                                                                                      \
+    } while (0)
     for (size_t w = 0; w < words; w++) {
-        uint64_t m = bits[w];
-        for (uint64_t edges = m ^ (m << 1 | carry); edges; edges &= edges - 1) {
-            size_t at = 64 * w + (size_t)__builtin_ctzll(edges);
-            if (!carry) {
-                start = at;
-                carry = 1;
-                continue;
-            }
+        /* the word's token starts and ends (the byte after the token), paired in order */
+        uint64_t m = bits[w], edges = m ^ (m << 1 | (uint64_t)carry);
+        uint64_t begins = edges & m, ends = edges & ~m;
+        size_t base = 64 * w;
+        if (carry) {
+            if (!ends) continue; /* the whole word inside one token */
+            ND_TOKEN(start, base + (size_t)__builtin_ctzll(ends));
+            ends &= ends - 1;
             carry = 0;
-            starts[count] = start;
-            lens[count++] = at - start;
-            if (count == ND_BATCH) {
-                nd_hash_batch(text, starts, lens, count, h + n);
-                n += count;
-                count = 0;
-            }
         }
-        carry = m >> 63;
+        for (; begins; begins &= begins - 1) {
+            size_t from = base + (size_t)__builtin_ctzll(begins);
+            if (!ends) { /* on into the next word */
+                start = from;
+                carry = 1;
+                break;
+            }
+            ND_TOKEN(from, base + (size_t)__builtin_ctzll(ends));
+            ends &= ends - 1;
+        }
     }
+#undef ND_TOKEN
     if (carry) {
         starts[count] = start;
         lens[count++] = len - start;
