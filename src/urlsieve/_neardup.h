@@ -1274,6 +1274,24 @@ nd_keyed_cmp(const void *a, const void *b)
     return PyUnicode_Compare(x->key, y->key); /* both str: cannot fail */
 }
 
+/* The tuple (first, distance), first stolen (NULL: an error already set, passed on); what
+   Py_BuildValue("(Oi)") makes, without parsing a format for every answer. */
+static PyObject *
+nd_pair_of(PyObject *first, int distance)
+{
+    if (first == NULL) return NULL;
+    PyObject *second = PyLong_FromLong(distance), *pair = NULL;
+    if (second != NULL) pair = PyTuple_New(2);
+    if (pair == NULL) {
+        Py_DECREF(first);
+        Py_XDECREF(second);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, first);
+    PyTuple_SET_ITEM(pair, 1, second);
+    return pair;
+}
+
 /* The hits as [(keys[doc], distance)], sorted by distance, then key (index._order). */
 static PyObject *
 nd_keyed(const nd_hits *hits, PyObject *keys)
@@ -1285,9 +1303,16 @@ nd_keyed(const nd_hits *hits, PyObject *keys)
     nd_keyed_hit one, *v = hits->n <= 1 ? &one : (nd_keyed_hit *)malloc(hits->n * sizeof *v);
     if (v == NULL) return PyErr_NoMemory();
     PyObject *out = NULL;
+    /* the keys are scattered over the heap: every one asked for before the first is read
+       (the list's slots, then the objects) */
+    Py_ssize_t size = PyList_GET_SIZE(keys);
+    for (size_t i = 0; i < hits->n; i++)
+        if ((hits->v[i] >> 8) < (uint64_t)size) PREFETCH_READ(&PyList_GET_ITEM(keys, (Py_ssize_t)(hits->v[i] >> 8)));
+    for (size_t i = 0; i < hits->n; i++)
+        if ((hits->v[i] >> 8) < (uint64_t)size) PREFETCH_READ(PyList_GET_ITEM(keys, (Py_ssize_t)(hits->v[i] >> 8)));
     for (size_t i = 0; i < hits->n; i++) {
         uint64_t doc = hits->v[i] >> 8;
-        if (doc >= (uint64_t)PyList_GET_SIZE(keys) ||
+        if (doc >= (uint64_t)size ||
             !PyUnicode_Check(PyList_GET_ITEM(keys, (Py_ssize_t)doc))) {
             PyErr_SetString(PyExc_ValueError, "nd_query: a document without a str key");
             goto done;
@@ -1299,7 +1324,8 @@ nd_keyed(const nd_hits *hits, PyObject *keys)
     out = PyList_New((Py_ssize_t)hits->n);
     if (out == NULL) goto done;
     for (size_t i = 0; i < hits->n; i++) {
-        PyObject *pair = Py_BuildValue("(Oi)", v[i].key, (int)(v[i].hit & 0xff));
+        Py_INCREF(v[i].key);
+        PyObject *pair = nd_pair_of(v[i].key, (int)(v[i].hit & 0xff));
         if (pair == NULL) {
             Py_CLEAR(out);
             goto done;
@@ -1404,8 +1430,8 @@ nd_query(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     out = PyList_New((Py_ssize_t)hits.n);
     if (out == NULL) goto done;
     for (size_t i = 0; i < hits.n; i++) {
-        PyObject *pair = Py_BuildValue("(Ki)", (unsigned long long)(hits.v[i] >> 8),
-                                       (int)(hits.v[i] & 0xff));
+        PyObject *pair = nd_pair_of(PyLong_FromUnsignedLongLong(hits.v[i] >> 8),
+                                    (int)(hits.v[i] & 0xff));
         if (pair == NULL) {
             Py_CLEAR(out);
             goto done;
