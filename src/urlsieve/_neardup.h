@@ -1369,8 +1369,10 @@ nd_query(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "nd_query: n_total below the built documents");
         return NULL;
     }
-    nd_hits hits = {NULL, 0, 64, {0}};
+    nd_hits hits; /* its small array is written before it is read: not zeroed (512 bytes) */
     hits.v = hits.small;
+    hits.n = 0;
+    hits.cap = 64;
     int failed = 0;
     /* every table's run first, the start of each asked for from memory: the runs are then
        read while the others arrive (each is in another place of a table larger than the
