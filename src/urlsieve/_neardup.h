@@ -308,24 +308,42 @@ nd_set_close(nd_set *s)
     }
 }
 
+/* Slot `at` holds another value than x (probe on): one branch, taken on a collision only.
+   Written with && (or left to the compiler, &), the branch on an empty slot and the one on
+   an equal value each mispredict on half of a page's tokens; the asm hides from the
+   compiler that `differs` is 0 or 1, so it cannot split the test. An unused slot's value is
+   read and ignored. */
+static inline int
+nd_set_collides(const nd_set *s, size_t at, uint64_t x)
+{
+    unsigned used = s->used[at], differs = s->set[at] != x;
+#if defined(__GNUC__)
+    __asm__("" : "+r"(differs));
+#endif
+    return (int)(used & differs);
+}
+
 /* Adds x: 1 when it is new, 0 when it was there. */
 static inline int
 nd_set_add(nd_set *s, uint64_t x)
 {
     size_t at = (size_t)((x * nd_set_mult) >> (64 - s->bits));
-    while (s->used[at] && s->set[at] != x) at = (at + 1) & s->mask;
-    if (s->used[at]) return 0;
+    while (nd_set_collides(s, at, x)) at = (at + 1) & s->mask;
+    int fresh = s->used[at] == 0;
     s->used[at] = 1;
     s->set[at] = x;
-    return 1;
+    return fresh;
 }
 
+/* x is in the set (without a branch on the answer: a candidate shares half of its
+   features with the query, or so). */
 static inline int
 nd_set_has(const nd_set *s, uint64_t x)
 {
     size_t at = (size_t)((x * nd_set_mult) >> (64 - s->bits));
-    while (s->used[at] && s->set[at] != x) at = (at + 1) & s->mask;
-    return s->used[at];
+    while (nd_set_collides(s, at, x)) at = (at + 1) & s->mask;
+    unsigned used = s->used[at], same = s->set[at] == x;
+    return (int)(used & same);
 }
 
 /* The majority vote of each bit over distinct values, counted as they come: eight byte
@@ -364,32 +382,12 @@ nd_votes_result(nd_votes *v, size_t n)
     return fp;
 }
 
-/* Slot `at` holds another value than x (probe on): one branch, taken on a collision only.
-   Written with && (or left to the compiler, &), the branch on an empty slot and the one on
-   an equal value each mispredict on half of a page's tokens; the asm hides from the
-   compiler that `differs` is 0 or 1, so it cannot split the test. An unused slot's value is
-   read and ignored. */
-static inline int
-nd_set_collides(const nd_set *s, size_t at, uint64_t x)
-{
-    unsigned used = s->used[at], differs = s->set[at] != x;
-#if defined(__GNUC__)
-    __asm__("" : "+r"(differs));
-#endif
-    return (int)(used & differs);
-}
-
 /* The loop of nd_distinct: each value looked up in the set s without a branch on whether
    it is new (half of a page's tokens are repeats: a branch mispredicts), kept at h[kept]
    (overwritten by the next one when it was a repeat) and VOTE(value, or 0 for a repeat). */
 #define ND_DISTINCT_LOOP(VOTE)                                                                 \
     for (size_t i = 0; i < n; i++) {                                                           \
-        uint64_t x = h[i];                                                                     \
-        size_t at = (size_t)((x * nd_set_mult) >> (64 - s.bits));                              \
-        while (nd_set_collides(&s, at, x)) at = (at + 1) & s.mask;                             \
-        uint64_t fresh = (uint64_t)(s.used[at] == 0);                                          \
-        s.used[at] = 1;                                                                        \
-        s.set[at] = x;                                                                         \
+        uint64_t x = h[i], fresh = (uint64_t)nd_set_add(&s, x);                                \
         h[kept] = x;                                                                           \
         kept += (size_t)fresh;                                                                 \
         VOTE(x & (0 - fresh));                                                                 \
