@@ -421,13 +421,23 @@ nd_distinct_plain(uint64_t *h, size_t n, uint64_t *fp)
     } while (0)
 #define ND_VOTES_WIDEN()                                                                       \
     do {                                                                                       \
-        ones[0] = _mm512_add_epi32(ones[0], _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(votes, 0))); \
-        ones[1] = _mm512_add_epi32(ones[1], _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(votes, 1))); \
-        ones[2] = _mm512_add_epi32(ones[2], _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(votes, 2))); \
-        ones[3] = _mm512_add_epi32(ones[3], _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(votes, 3))); \
+        for (int q = 0; q < 4; q++) /* each quarter: 16 byte counters to 32 bits */           \
+            ones[q] = _mm512_add_epi32(ones[q], _mm512_cvtepu8_epi32(nd_quarter(votes, q)));   \
         votes = _mm512_setzero_si512();                                                        \
         pending = 0;                                                                           \
     } while (0)
+
+/* Quarter q (0-3) of v: _mm512_extracti32x4_epi32 takes a constant. */
+ND_WIDE static inline __m128i
+nd_quarter(__m512i v, int q)
+{
+    switch (q) {
+    case 0: return _mm512_extracti32x4_epi32(v, 0);
+    case 1: return _mm512_extracti32x4_epi32(v, 1);
+    case 2: return _mm512_extracti32x4_epi32(v, 2);
+    default: return _mm512_extracti32x4_epi32(v, 3);
+    }
+}
 
 ND_WIDE static size_t
 nd_distinct_avx512(uint64_t *h, size_t n, uint64_t *fp)
@@ -560,6 +570,13 @@ nd_fold_x8(__m512i a, __m512i b)
     return _mm512_xor_si512(low, high);
 }
 
+/* The secret's 8 bytes at a xor those at b, in every lane. */
+ND_WIDE static inline __m512i
+nd_secret_x8(const unsigned char *s, int a, int b)
+{
+    return _mm512_set1_epi64((long long)(us_read64(s + a) ^ us_read64(s + b)));
+}
+
 /* XXH3-64 of eight tokens of 1 to 16 bytes (us_xxh3_64_0to16, its three cases computed and
    blended): first / last the 8 bytes at the token's start / ending at its end (the buffer
    is padded on both sides), len its length. */
@@ -568,8 +585,8 @@ nd_xxh3_x8(__m512i first, __m512i last, __m512i len)
 {
     const unsigned char *s = us_xxh3_secret;
     /* 9 to 16 bytes */
-    __m512i low = _mm512_xor_si512(_mm512_set1_epi64((long long)(us_read64(s + 24) ^ us_read64(s + 32))), first);
-    __m512i high = _mm512_xor_si512(_mm512_set1_epi64((long long)(us_read64(s + 40) ^ us_read64(s + 48))), last);
+    __m512i low = _mm512_xor_si512(nd_secret_x8(s, 24, 32), first);
+    __m512i high = _mm512_xor_si512(nd_secret_x8(s, 40, 48), last);
     const __m512i swap = _mm512_set_epi64( /* each lane's bytes reversed (US_BSWAP64) */
         0x08090A0B0C0D0E0FLL, 0x0001020304050607LL, 0x08090A0B0C0D0E0FLL, 0x0001020304050607LL,
         0x08090A0B0C0D0E0FLL, 0x0001020304050607LL, 0x08090A0B0C0D0E0FLL, 0x0001020304050607LL);
@@ -580,7 +597,7 @@ nd_xxh3_x8(__m512i first, __m512i last, __m512i len)
     v9 = _mm512_xor_si512(v9, _mm512_srli_epi64(v9, 32));
     /* 4 to 8 bytes */
     __m512i v4 = _mm512_or_si512(_mm512_srli_epi64(last, 32), _mm512_slli_epi64(first, 32));
-    v4 = _mm512_xor_si512(v4, _mm512_set1_epi64((long long)(us_read64(s + 8) ^ us_read64(s + 16))));
+    v4 = _mm512_xor_si512(v4, nd_secret_x8(s, 8, 16));
     v4 = _mm512_xor_si512(v4, _mm512_xor_si512(_mm512_rol_epi64(v4, 49), _mm512_rol_epi64(v4, 24)));
     v4 = _mm512_mullo_epi64(v4, _mm512_set1_epi64((long long)US_PMX2));
     v4 = _mm512_xor_si512(v4, _mm512_add_epi64(_mm512_srli_epi64(v4, 35), len));
@@ -853,8 +870,9 @@ nd_hash_chars(int kind, const void *data, Py_ssize_t a, Py_ssize_t b, uint64_t *
 }
 
 /* simhash_str(text, shingle) / features_str: the tokens of an already normalised str (NFKC,
-   case-folded but for ASCII letters, lowered here: simhash._prepared): the runs of \w, a run of unspaced characters inside one
-   becoming its character bigrams (a lone one itself), what simhash.tokens gives. */
+   case-folded but for ASCII letters, lowered here: simhash._prepared): the runs of \w, a
+   run of unspaced characters inside one becoming its character bigrams (a lone one
+   itself), what simhash.tokens gives. */
 static PyObject *
 nd_str(PyObject *const *args, Py_ssize_t nargs, int features)
 {
@@ -1305,9 +1323,11 @@ nd_keyed(const nd_hits *hits, PyObject *keys)
        (the list's slots, then the objects) */
     Py_ssize_t size = PyList_GET_SIZE(keys);
     for (size_t i = 0; i < hits->n; i++)
-        if ((hits->v[i] >> 8) < (uint64_t)size) PREFETCH_READ(&PyList_GET_ITEM(keys, (Py_ssize_t)(hits->v[i] >> 8)));
+        if ((hits->v[i] >> 8) < (uint64_t)size)
+            PREFETCH_READ(&PyList_GET_ITEM(keys, (Py_ssize_t)(hits->v[i] >> 8)));
     for (size_t i = 0; i < hits->n; i++)
-        if ((hits->v[i] >> 8) < (uint64_t)size) PREFETCH_READ(PyList_GET_ITEM(keys, (Py_ssize_t)(hits->v[i] >> 8)));
+        if ((hits->v[i] >> 8) < (uint64_t)size)
+            PREFETCH_READ(PyList_GET_ITEM(keys, (Py_ssize_t)(hits->v[i] >> 8)));
     for (size_t i = 0; i < hits->n; i++) {
         uint64_t doc = hits->v[i] >> 8;
         if (doc >= (uint64_t)size ||
