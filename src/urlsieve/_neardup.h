@@ -1003,9 +1003,23 @@ nd_jaccard_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     size_t nq = (size_t)vq.len / 8;
     nd_set set;
     int opened = 0;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq), held = 0;
+    Py_buffer here[16], *views = here;
     if ((size_t)vq.len % 8) {
         PyErr_SetString(PyExc_ValueError, "nd_jaccard_many: buffers of uint64");
         goto done;
+    }
+    if (count > 16 && (views = (Py_buffer *)malloc((size_t)count * sizeof(Py_buffer))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* every candidate's buffer first, and its features asked for from memory (a candidate's
+       features are cold): they arrive while the query's set is built */
+    for (; held < count; held++) {
+        Py_buffer *v = &views[held];
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, held), v, PyBUF_SIMPLE) < 0) goto done;
+        for (Py_ssize_t at = 0; at < v->len && at < 4096; at += 64)
+            PREFETCH_READ((const char *)v->buf + at);
     }
     if (nd_set_open(&set, nq ? nq : 1) < 0) {
         PyErr_NoMemory();
@@ -1017,26 +1031,19 @@ nd_jaccard_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         memcpy(&x, (const char *)vq.buf + 8 * i, 8);
         nd_set_add(&set, x);
     }
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
     out = PyList_New(count);
     if (out == NULL) goto done;
     for (Py_ssize_t j = 0; j < count; j++) {
-        Py_buffer vo;
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, j), &vo, PyBUF_SIMPLE) < 0) {
-            Py_CLEAR(out);
-            goto done;
-        }
-        size_t no = (size_t)vo.len / 8, shared = 0;
-        int bad = (size_t)vo.len % 8 != 0;
-        for (size_t i = 0; !bad && i < no; i++) {
-            memcpy(&x, (const char *)vo.buf + 8 * i, 8);
-            shared += (size_t)nd_set_has(&set, x);
-        }
-        PyBuffer_Release(&vo);
-        if (bad) {
+        const Py_buffer *vo = &views[j];
+        size_t no = (size_t)vo->len / 8, shared = 0;
+        if ((size_t)vo->len % 8 != 0) {
             PyErr_SetString(PyExc_ValueError, "nd_jaccard_many: buffers of uint64");
             Py_CLEAR(out);
             goto done;
+        }
+        for (size_t i = 0; i < no; i++) {
+            memcpy(&x, (const char *)vo->buf + 8 * i, 8);
+            shared += (size_t)nd_set_has(&set, x);
         }
         double j_value = nq + no ? (double)shared / (double)(nq + no - shared) : 1.0;
         PyObject *value = PyFloat_FromDouble(j_value);
@@ -1048,6 +1055,8 @@ nd_jaccard_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
 done:
     if (opened) nd_set_close(&set);
+    for (Py_ssize_t j = 0; j < held; j++) PyBuffer_Release(&views[j]);
+    if (views != here) free(views);
     PyBuffer_Release(&vq);
     Py_DECREF(seq);
     return out;

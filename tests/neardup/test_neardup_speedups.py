@@ -285,6 +285,28 @@ def test_jaccard_is_exact_on_texts_with_known_overlap() -> None:
     assert sh.jaccard_many(a, [b, a]) == [0.4, 1.0] and sh.jaccard_many(a[:0], []) == []
 
 
+def test_jaccard_many_over_many_candidates_and_a_bad_one_among_them() -> None:
+    """nd_jaccard_many holds every candidate's buffer before it reads the first (16 on the
+    stack, more on the heap): the answers are the reference's, and a candidate that is not
+    a buffer, or not of uint64, fails the call after the others were taken, each released."""
+    rnd = random.Random(8)
+    query = sh.features(" ".join(f"w{rnd.randrange(300)}" for _ in range(200)))
+    others = [
+        sh.features(" ".join(f"w{rnd.randrange(300)}" for _ in range(rnd.randrange(0, 250))))
+        for _ in range(40)
+    ]
+    expected = [sh.jaccard_py(np.sort(query), np.sort(o)) for o in others]
+    for count in (0, 1, 16, 17, 40):
+        assert sh.jaccard_many(query, others[:count]) == expected[:count]
+    held = bytearray(others[1].tobytes())  # a bytearray refuses to grow while exported
+    assert speedups.nd_jaccard_many(query, [held] * 20) == [expected[1]] * 20
+    for bad, error in ((object(), TypeError), (b"1234567", ValueError)):
+        for at in (0, 15, 16, 30):
+            with pytest.raises(error):
+                speedups.nd_jaccard_many(query, [*others[:at], held, bad, *others[at:]])
+    held.extend(bytes(8))  # every buffer taken was released, on success and on failure
+
+
 # ------------------------------------------------------------------ the table walk
 
 
