@@ -1050,13 +1050,16 @@ seen_call(PyObject *self, PyObject *name, PyObject *arg)
     return out;
 }
 
-/* The key of url: 1 (h filled), 0 (the Python path), -1 (an error). */
+/* The key of url: 1 (h filled), 0 (the Python path), -1 (an error). An exact store's
+   key 0 is 1 (0 marks its empty slots: the Python add and in count it as 1 too). */
 static int
 seen_key(const seen_single *s, PyObject *url, uint64_t h[2])
 {
     if (s->kind == SEEN_NONE || !PyUnicode_CheckExact(url)) return 0;
-    return sp_url_key(url, s->allow_query, s->keep_port, &s->kp, s->planned,
-                      s->kind == SEEN_BLOOM ? 128 : 64, h);
+    int found = sp_url_key(url, s->allow_query, s->keep_port, &s->kp, s->planned,
+                           s->kind == SEEN_BLOOM ? 128 : 64, h);
+    if (found > 0 && s->kind == SEEN_EXACT && h[0] == 0) h[0] = 1;
+    return found;
 }
 
 static PyObject *
@@ -1070,24 +1073,25 @@ seen_add(PyObject *self, PyObject *url)
     if (kind == SEEN_MEMORY) {
         PyObject *fp = PyLong_FromUnsignedLongLong(h[0]);
         if (fp == NULL) return NULL;
-        int held = PySet_Contains(s->set, fp);
-        if (held == 0 && PySet_Add(s->set, fp) < 0) held = -1;
+        /* one lookup: the set grows only when fp is new */
+        Py_ssize_t before = PySet_GET_SIZE(s->set);
+        int failed = PySet_Add(s->set, fp) < 0;
         Py_DECREF(fp);
-        return held < 0 ? NULL : PyBool_FromLong(!held);
+        return failed ? NULL : PyBool_FromLong(PySet_GET_SIZE(s->set) != before);
     }
     if (s->addable && s->forks == forks_seen) {
         uint64_t *w = s->words.buf;
         long r;
         if (kind == SEEN_EXACT) {
-            r = exact_add_shared(w, h[0] ? h[0] : 1, s->buckets, s->limit);
+            r = exact_add_shared(w, h[0], s->buckets, s->limit);
         } else {
             r = bloom_add_free(w, s->layers.buf, s->layers.len / 40, h[0], h[1]);
         }
         if (r == 2) { /* added while a locked section ran: redone under the lock */
             PyObject *done;
             if (kind == SEEN_EXACT) {
-                done = PyObject_CallMethod(self, "_add_locked", "KO",
-                                           (unsigned long long)(h[0] ? h[0] : 1), Py_True);
+                done = PyObject_CallMethod(self, "_add_locked", "KO", (unsigned long long)h[0],
+                                           Py_True);
             } else {
                 done = PyObject_CallMethod(self, "_redo", "nKK", s->layers.len / 40 - 1,
                                            (unsigned long long)h[0], (unsigned long long)h[1]);
@@ -1120,7 +1124,6 @@ seen_contains(PyObject *self, PyObject *url)
         uint64_t *w = s->words.buf;
         long r;
         if (s->kind == SEEN_EXACT) {
-            if (!h[0]) h[0] = 1;
             r = exact_held(w, h[0], s->buckets);
         } else {
             r = bloom_lookup(w, s->layers.buf, s->layers.len / 40, h[0], h[1]);

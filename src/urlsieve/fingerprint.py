@@ -34,6 +34,7 @@ __all__ = [
     "fingerprint_array64",
     "fingerprints128",
     "fingerprints64",
+    "key_arguments",
     "key_function",
     "signature",
 ]
@@ -73,16 +74,26 @@ def fingerprints64(urls: Iterable[str], profile: Profile = FILTER) -> list[int]:
     return [_xxh64(canonicalize(u, profile).encode("ascii")) for u in urls]
 
 
+def key_arguments(profile: Profile) -> tuple[bool, bool, Any] | None:
+    """What the compiled fingerprint takes of ``profile`` (``url_key``'s allow-query,
+    keep-port and query-plan arguments), ``None`` without the extension or for a profile
+    the compiled path does not take: :func:`key_function` binds them, and the seen stores'
+    compiled ``add``/``in`` (``urlsieve.seen._single``) hold them."""
+    if _url_key is None or not profile.fast_path:
+        return None
+    return (profile.fast_query, profile.keep_port, profile.query_plan)
+
+
 def key_function(profile: Profile, bits: int) -> Callable[[str], Any] | None:
     """The compiled fingerprint of one ``str`` under ``profile`` as a C callable (no
     Python frame): an int (``bits`` 64) or ``(high, low)`` (128), or ``None`` for a URL
     off the compiled path (then :func:`fingerprint64` / :func:`fingerprint128` decide).
     ``None`` without the extension or for a profile the compiled path does not take."""
-    if _url_key is None or not profile.fast_path:
+    args = key_arguments(profile)
+    if args is None or _url_key is None:  # (the second: for the type checker)
         return None
-    return functools.partial(
-        _url_key, profile.fast_query, profile.keep_port, bits, profile.query_plan
-    )
+    allow_query, keep_port, plan = args
+    return functools.partial(_url_key, allow_query, keep_port, bits, plan)
 
 
 def fingerprint_one64(profile: Profile = FILTER) -> Callable[[str], int]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from urlsieve._accel import speedups
+from urlsieve.fingerprint import key_arguments
 from urlsieve.url import Profile
 
 __all__ = ["KIND_BLOOM", "KIND_EXACT", "KIND_MEMORY", "SeenBase", "SeenSinglePy", "bind_key"]
@@ -53,12 +54,10 @@ class SeenSinglePy:
 
 
 def bind_key(profile: Profile) -> tuple[bool, bool, Any] | None:
-    """The compiled key's arguments under ``profile`` (``url_key``'s, as
-    :func:`urlsieve.fingerprint.key_function` binds them), or None when no compiled
-    ``add``/``in`` can take it (no extension, or a profile off the compiled path)."""
-    if _compiled is None or not profile.fast_path:
-        return None
-    return (profile.fast_query, profile.keep_port, profile.query_plan)
+    """The compiled key's arguments under ``profile``
+    (:func:`urlsieve.fingerprint.key_arguments`), or None when no compiled ``add``/``in``
+    can take it (no extension, or a profile off the compiled path)."""
+    return None if _compiled is None else key_arguments(profile)
 
 
 _compiled = getattr(speedups, "SeenSingle", None)
