@@ -433,8 +433,7 @@ warm_rule_strings(const image *im, uint64_t id)
     }
 }
 
-/* Step 2: the postings of the expressions found (a lone rule's id is in its slot); the
-   strings of a one-rule host's rule (its record was asked for in step 1). */
+/* Step 2: the postings of the expressions found (a lone rule's id is in its slot). */
 static void
 warm_postings(const image *im, warm_url *u)
 {
@@ -448,7 +447,8 @@ warm_postings(const image *im, warm_url *u)
     u->n = kept;
 }
 
-/* Step 3: the records of the rules posted. */
+/* Step 3: the records of the rules posted; the strings of a one-rule host's rule (its
+   record was asked for in step 1). */
 static void
 warm_records(const image *im, warm_url *u)
 {
@@ -473,7 +473,7 @@ warm_records(const image *im, warm_url *u)
     u->n = kept;
 }
 
-/* Step 4: the strings of the rules posted (a one-rule host's were asked for in step 2). */
+/* Step 4: the strings of the rules posted (a one-rule host's were asked for in step 3). */
 static void
 warm_strings(const image *im, const warm_url *u)
 {

@@ -423,7 +423,7 @@ class SnapshotBuilder:
         live = keep[expr_rule]
         expr_hash, expr_rule = expr_hash[live], new_id[expr_rule[live]].astype(np.uint32)
         # (the host entries run beside the expression entries: one per expression)
-        host_values = _host_values(
+        host_keys, masks = _host_values(
             column(self._host_hash, "u8")[live], column(self._host_bits, "u8")[live], expr_rule
         )
         self._host_hash, self._host_bits = array("Q"), array("Q")
@@ -435,8 +435,6 @@ class SnapshotBuilder:
         del expr_hash
         expr_values, postings = _postings(postings, first, counts)
         del first, counts
-        host_keys, masks = host_values
-        del host_values
 
         flags = column(self._flags, "u2")[keep]
         allow = flags & _F_ALLOW

@@ -555,10 +555,10 @@ class SnapshotMatcher:
         if n_query >= 0:
             return _QUERY_BIT
         start = self._strings_off + off + n_pat + n_host
-        path = bytes(self._mm[start : start + n_path])
-        depths = 1 << _depth(path.decode("latin-1"))
-        if not flags & _F_ANCHORED and not path.endswith(b"/"):
-            depths |= 1 << _depth(path.decode("latin-1") + "/")
+        path = bytes(self._mm[start : start + n_path]).decode("latin-1")  # (its "/"s)
+        depths = 1 << _depth(path)
+        if not flags & _F_ANCHORED and not path.endswith("/"):
+            depths |= 1 << _depth(path + "/")
         return depths
 
     def _candidate(  # noqa: PLR0917 (the C loop's arguments, in its order)
